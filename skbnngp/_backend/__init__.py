@@ -1,0 +1,23 @@
+"""The shared torch backend of skbnngp (imports no scikit-learn).
+
+Device/dtype resolution and NumPy<->torch conversion (:mod:`._device`), stable Cholesky and
+low-rank solves (:mod:`._linalg`), chunked evaluation (:mod:`._chunks`), the optimisation loop
+(:mod:`._optim`) and seeding (:mod:`._random`). Every estimator uses these; extend them rather
+than writing a second one.
+"""
+
+from ._chunks import auto_batch_size, chunked_apply, iter_slices
+from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state, to_float,
+                      to_numpy)
+from ._linalg import (JITTER_LADDER, LowRankPlusDiag, cho_inverse, cho_logdet, cho_solve,
+                      solve_lower, stable_cholesky, woodbury_solve)
+from ._optim import OptimResult, minimize
+from ._random import make_generator
+
+__all__ = [
+    "auto_batch_size", "chunked_apply", "iter_slices",
+    "as_tensor", "resolve_device", "resolve_dtype", "to_device_state", "to_float", "to_numpy",
+    "JITTER_LADDER", "LowRankPlusDiag", "cho_inverse", "cho_logdet", "cho_solve", "solve_lower",
+    "stable_cholesky", "woodbury_solve",
+    "OptimResult", "minimize", "make_generator",
+]

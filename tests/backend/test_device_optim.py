@@ -1,0 +1,107 @@
+"""Backend device resolution, chunking, seeding and the optimisation loop."""
+
+import numpy as np
+import pytest
+import torch
+
+from skbnngp._backend import (as_tensor, chunked_apply, make_generator, minimize,
+                              resolve_device, resolve_dtype, to_numpy)
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    assert resolve_device(torch.device("cpu")).type == "cpu"
+    with pytest.raises(ValueError, match="device"):
+        resolve_device("tpu9")
+    with pytest.raises(ValueError, match="device"):
+        resolve_device(3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")
+def test_cuda_requested_without_cuda_raises():
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_device("cuda")
+
+
+def test_resolve_dtype():
+    assert resolve_dtype("float64") is torch.float64
+    assert resolve_dtype(np.float32) is torch.float32
+    with pytest.raises(ValueError, match="dtype"):
+        resolve_dtype("int8")
+
+
+def test_round_trip_conversion():
+    a = np.arange(6.0).reshape(2, 3)
+    t = as_tensor(a, "cpu", torch.float64)
+    assert t.dtype == torch.float64
+    np.testing.assert_array_equal(to_numpy(t), a)
+
+
+def test_chunked_apply_equals_whole():
+    X = torch.randn(103, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    fn = lambda B: (B.sum(1), B**2)  # noqa: E731
+    a1, b1 = chunked_apply(fn, X, 10)
+    a2, b2 = fn(X)
+    torch.testing.assert_close(a1, a2)
+    torch.testing.assert_close(b1, b2)
+
+
+def test_generator_repeatable():
+    a = torch.rand(5, generator=make_generator(7, "cpu"))
+    b = torch.rand(5, generator=make_generator(7, "cpu"))
+    torch.testing.assert_close(a, b)
+
+
+def _rosenbrock(x):
+    x = x.detach().requires_grad_(True)
+    f = (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2
+    (g,) = torch.autograd.grad(f, x)
+    return f.detach(), g
+
+
+def test_lbfgs_converges_on_rosenbrock():
+    res = minimize(_rosenbrock, torch.tensor([-1.2, 1.0], dtype=torch.float64), max_iter=200,
+                   tol=1e-12)
+    assert res.converged
+    np.testing.assert_allclose(res.x.numpy(), [1.0, 1.0], atol=1e-4)
+    assert res.loss_curve[-1] <= res.loss_curve[0]
+
+
+def test_bounds_are_respected_and_reached():
+    fun = lambda x: (((x - 3.0) ** 2).sum(), 2 * (x - 3.0))  # noqa: E731
+    lo = torch.tensor([-1.0, -1.0], dtype=torch.float64)
+    hi = torch.tensor([1.0, 5.0], dtype=torch.float64)
+    res = minimize(fun, torch.zeros(2, dtype=torch.float64), bounds=(lo, hi), max_iter=100,
+                   tol=1e-12)
+    assert res.x[0] <= 1.0 and res.x[0] > 0.99
+    np.testing.assert_allclose(res.x[1].item(), 3.0, atol=1e-5)
+
+
+def test_max_iter_reports_non_convergence():
+    res = minimize(_rosenbrock, torch.tensor([-1.2, 1.0], dtype=torch.float64), max_iter=3)
+    assert not res.converged
+    assert "without meeting tol" in res.message
+
+
+def test_non_finite_objective_is_survived():
+    def fun(x):
+        if x[0] > 2.0:  # a wall the line search must back off from
+            return torch.tensor(float("inf"), dtype=x.dtype), torch.zeros_like(x)
+        return ((x - 3.0) ** 2).sum(), 2 * (x - 3.0)
+    res = minimize(fun, torch.zeros(1, dtype=torch.float64), max_iter=50)
+    assert np.isfinite(res.fun) and res.x[0] <= 2.0
+
+
+def test_adam_reaches_minimum():
+    fun = lambda x: (((x - 1.0) ** 2).sum(), 2 * (x - 1.0))  # noqa: E731
+    res = minimize(fun, torch.zeros(3, dtype=torch.float64), method="adam", max_iter=3000,
+                   learning_rate=0.05, tol=1e-10)
+    np.testing.assert_allclose(res.x.numpy(), 1.0, atol=1e-2)
+
+
+def test_verbose_prints(capsys):
+    fun = lambda x: (((x - 1.0) ** 2).sum(), 2 * (x - 1.0))  # noqa: E731
+    minimize(fun, torch.zeros(1, dtype=torch.float64), verbose=1, label="unit")
+    assert "[unit] eval" in capsys.readouterr().out
