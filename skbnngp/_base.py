@@ -1,0 +1,114 @@
+"""Estimator glue shared by every skbnngp estimator (no numerics here: see ``_backend``)."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from ._backend import resolve_device, resolve_dtype
+from .exceptions import DeviceWarning
+from .utils._sklearn_compat import Interval, StrOptions
+
+#: Constraints reused by every estimator's ``_parameter_constraints``.
+DEVICE_CONSTRAINT = [str, torch.device]
+DTYPE_CONSTRAINT = [StrOptions({"float64", "float32"})]
+BOUNDS_CONSTRAINT = [StrOptions({"fixed"}), tuple, list]
+BATCH_SIZE_CONSTRAINT = [Interval(numbers.Integral, 1, None, closed="left"), None]
+VERBOSE_CONSTRAINT = ["verbose"]
+
+
+def check_bounds(name, bounds, value, enforce=True):
+    """Validate a ``(low, high)`` pair or ``"fixed"`` for the positive parameter ``name``.
+
+    ``enforce`` also requires the initial ``value`` to lie inside (when it will be optimised).
+    """
+    if isinstance(bounds, str):
+        return "fixed"
+    if len(bounds) != 2:
+        raise ValueError(f"{name}_bounds must be 'fixed' or a pair (low, high), got {bounds!r}.")
+    lo, hi = (float(b) for b in bounds)
+    if not (0 < lo <= hi < np.inf):
+        raise ValueError(
+            f"{name}_bounds must satisfy 0 < low <= high < inf, got {bounds!r}.")
+    if enforce and not lo <= value <= hi:
+        raise ValueError(
+            f"{name}={value!r} lies outside {name}_bounds={bounds!r}.")
+    return (lo, hi)
+
+
+def warn_convergence(estimator, result, what="hyperparameter optimisation"):
+    """Raise sklearn's ConvergenceWarning for an :class:`~._backend.OptimResult`."""
+    if not result.converged:
+        warnings.warn(
+            f"{type(estimator).__name__}: {what} did not converge ({result.message}; "
+            f"final loss {result.fun:.6g}). Increase max_iter, loosen tol, or fix some "
+            "hyperparameters with *_bounds='fixed'.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+
+
+class TorchEstimatorMixin:
+    """Device handling, caches and pickling for estimators with a torch backend.
+
+    Fitted state the user sees is NumPy; tensors on ``device_`` live in ``self._cache``
+    (rebuilt lazily by ``_build_cache``), which is dropped when pickling so that no live GPU
+    tensor is ever pickled.
+    """
+
+    def _resolve_runtime(self):
+        self.device_ = resolve_device(self.device)
+        self._dtype = resolve_dtype(self.dtype)
+        return self.device_, self._dtype
+
+    def _get_cache(self):
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            self._dtype = resolve_dtype(self.dtype)
+            cache = self._build_cache()
+            self._cache = cache
+        return cache
+
+    def _build_cache(self):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_cache", None)
+        dev = state.get("device_")
+        if isinstance(dev, torch.device):
+            state["device_"] = str(dev)
+        return state
+
+    def __setstate__(self, state):
+        dev = state.get("device_")
+        if isinstance(dev, str):
+            try:
+                state["device_"] = resolve_device(dev)
+            except ValueError:
+                warnings.warn(
+                    f"{type(self).__name__} was fitted on {dev!r}, which is not available here; "
+                    "it will predict on the CPU.", DeviceWarning, stacklevel=2)
+                state["device_"] = torch.device("cpu")
+        self.__dict__.update(state)
+
+
+class PredictDistMixin:
+    """``predict_std`` for regressors that implement ``predict(X, return_std=True)``."""
+
+    def predict_std(self, X):
+        """Predictive standard deviation of y at ``X`` (``inf`` where it does not exist).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        std : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        """
+        return self.predict(X, return_std=True)[1]

@@ -1,0 +1,36 @@
+"""scikit-learn's estimator checks over every public estimator, discovered automatically.
+
+Each expected failure is a one-sentence reason kept on the estimator class in
+``_expected_failed_checks`` (a dict ``{check_name: reason}``); an estimator without that
+attribute is expected to pass every check.
+"""
+
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skbnngp.utils import all_estimators
+
+#: Small, fast settings per estimator (the checks fit dozens of tiny models).
+FAST = {
+    "StudentTProcessRegressor": dict(max_iter=15, device="cpu"),
+    "StudentTProcessClassifier": dict(max_iter=15, device="cpu"),
+}
+
+
+def _instances():
+    for name, Est in all_estimators():
+        yield Est(**FAST.get(name, {}))
+
+
+def _expected_failed_checks(estimator):
+    return dict(getattr(type(estimator), "_expected_failed_checks", {}))
+
+
+@parametrize_with_checks(list(_instances()), expected_failed_checks=_expected_failed_checks)
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+def test_every_public_estimator_is_checked():
+    names = {name for name, _ in all_estimators()}
+    assert {"StudentTProcessRegressor", "StudentTProcessClassifier"} <= names
+    assert set(FAST) <= names
