@@ -26,7 +26,7 @@ X_TE = np.array([[0.5, 0.5, 0.5], [-2, 1, 0]], float)
 Y_TE = np.array([0.4, 1.5])
 FIXED = dict(depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1, alpha=1e-2,
              prior_shape=2.0, prior_scale=2.0, normalize_X=False, normalize_y=False,
-             optimizer=None, device="cpu")
+             include_noise=False, optimizer=None, device="cpu")
 
 
 def fixed(**kw):
@@ -169,6 +169,19 @@ def test_multi_output_shares_the_scale():
     np.testing.assert_allclose(np.sqrt(np.diagonal(cov[:, :, 0])), std[:, 0], rtol=1e-12)
     lml = stats.multivariate_t(loc=np.zeros(5), shape=K_lambda(X_TR), df=4.0)
     assert np.isfinite(lml.logpdf(Y_TR))
+
+
+def test_include_noise_adds_scaled_lambda():
+    """include_noise=True adds s*lambda: variance(noisy) - variance(latent) = E[s|y] lambda."""
+    noisy = fixed(include_noise=True).fit(X_TR, Y_TR)
+    latent = fixed().fit(X_TR, Y_TR)
+    es = noisy.posterior_scale_ / (noisy.posterior_shape_ - 1)
+    np.testing.assert_allclose(noisy.predict_std(X_TE) ** 2 - latent.predict_std(X_TE) ** 2,
+                               es * 1e-2, rtol=1e-9)
+    d_n, d_l = noisy.predict_dist(X_TE), latent.predict_dist(X_TE)
+    np.testing.assert_allclose(d_n.kwds["scale"] ** 2 - d_l.kwds["scale"] ** 2,
+                               (2 * 2 + noisy.q_) / (2 * 2 + 5) * 1e-2, rtol=1e-9)
+    assert StudentTProcessRegressor().include_noise  # default: the distribution of y
 
 
 def test_std_is_sqrt_diag_cov_and_batch_size_invariant(rng):
