@@ -5,9 +5,13 @@ Each expected failure is a one-sentence reason kept on the estimator class in
 attribute is expected to pass every check.
 """
 
+import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skbnngp.utils import all_estimators
+
+# the checks fit with few iterations on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
 #: Small, fast settings per estimator (the checks fit dozens of tiny models).
 FAST = {
