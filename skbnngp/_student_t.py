@@ -38,11 +38,16 @@ class _Engine:
     ``X`` (n x d, already standardised) and ``Y`` (n x C) are tensors on the device.
     """
 
-    def __init__(self, X, Y, *, depth, activation, alpha_mode, prior):
+    def __init__(self, X, Y, *, depth, activation, alpha_mode, prior, ard=False):
         self.X, self.Y = X, Y
         self.depth, self.act, self.alpha_mode, self.prior = depth, activation, alpha_mode, prior
+        self.ard = ard
         self.n, self.C = Y.shape
         self.N = self.n * self.C
+
+    def scale(self, X, theta):
+        """Apply the ARD relevances ``r`` (first-layer weight variances ``sigma_w^2 r_i``)."""
+        return X * torch.exp(0.5 * theta[5:]) if self.ard else X
 
     def kernel(self, X1, X2=None, wv=None, bv=None, *, diag=False, ntk=False):
         return nngp_kernel(X1, X2, depth=self.depth, weight_variance=wv, bias_variance=bv,
@@ -52,7 +57,7 @@ class _Engine:
         """Cholesky of ``K_lambda`` and the sufficient statistics ``(q, logdet)``."""
         p = torch.exp(theta)
         with torch.no_grad():
-            K = self.kernel(self.X, None, p[0], p[1])
+            K = self.kernel(self.scale(self.X, theta), None, p[0], p[1])
             lam_eff = p[2] * (K.diagonal().mean() if self.alpha_mode == "relative" else 1.0)
             K.diagonal().add_(lam_eff)
             L, jitter = stable_cholesky(K, context=context, warn=warn)
@@ -78,28 +83,34 @@ class _Engine:
         lml = self.prior.log_marginal(q, logdet, self.N, self.C, p[3], p[4])
         g_q, g_ld, g_th = torch.autograd.grad(lml, (q, logdet, th), allow_unused=True)
         grad = torch.zeros_like(theta) if g_th is None else g_th.clone()
-        if free[0] or free[1] or free[2]:
+        kern_free = free[0] or free[1] or any(free[5:])
+        if kern_free or free[2]:
             G = cho_inverse(f["L"])
             G.mul_(g_ld)
             G.addmm_(f["A"], f["A"].T, alpha=-g_q)
             trG = G.diagonal().sum()
             grad[2] = grad[2] + trG * f["lam_eff"]
-            if free[0] or free[1]:
+            if kern_free:
                 if self.alpha_mode == "relative":  # lam_eff = alpha * mean(diag K)
                     G.diagonal().add_(torch.exp(theta[2]) * trG / self.n)
-                grad[:2] = grad[:2] + self._kernel_vjp(G, theta[:2])
+                g_kern = self._kernel_vjp(G, theta)
+                grad[:2] = grad[:2] + g_kern[:2]
+                grad[5:] = grad[5:] + g_kern[2:]
         return lml.detach(), grad
 
-    def _kernel_vjp(self, G, log_wb):
-        """``d/d log(wv, bv) sum_ij G_ij K_ij`` using symmetry (upper block triangle)."""
-        tw = log_wb.detach().clone().requires_grad_(True)
+    def _kernel_vjp(self, G, theta):
+        """``d/d log(wv, bv[, r]) sum_ij G_ij K_ij`` using symmetry (upper block triangle)."""
+        tw = torch.cat([theta[:2], theta[5:]]).detach().clone().requires_grad_(True)
         n = self.n
         block = auto_batch_size(n, None, _VJP_BLOCK_ELEMENTS)
         for sl in iter_slices(n, block):
             wv, bv = torch.exp(tw[0]), torch.exp(tw[1])
-            s = (self.kernel(self.X[sl], None, wv, bv) * G[sl, sl]).sum()
+            scale = torch.exp(0.5 * tw[2:]) if self.ard else None
+            rows = self.X[sl] * scale if self.ard else self.X[sl]
+            s = (self.kernel(rows, None, wv, bv) * G[sl, sl]).sum()
             if sl.stop < n:
-                K_off = self.kernel(self.X[sl], self.X[sl.stop:], wv, bv)
+                cols = self.X[sl.stop:] * scale if self.ard else self.X[sl.stop:]
+                K_off = self.kernel(rows, cols, wv, bv)
                 s = s + 2.0 * (K_off * G[sl, sl.stop:]).sum()
             s.backward()
         return tw.grad
@@ -169,6 +180,15 @@ default="invgamma"
         returns). Departure from spec 000 §2.4, which recommends the latent default: the
         package's contract is that ``predict_dist`` is the distribution of ``y``, and a latent
         predictive covers noisy test targets far below its nominal level.
+    ard : bool, default=False
+        Automatic relevance determination: the first hidden layer gets one weight variance
+        per input feature, ``sigma_w^2 r_i`` (the NNGP of a network whose first-layer weights
+        from input ``i`` have variance ``sigma_w^2 r_i / d``), so the input kernel becomes
+        ``sigma_w^2 sum_i r_i x_i x'_i / d + sigma_b^2``. The relevances ``r_i`` are learned
+        with the other hyperparameters. Not in the paper (which uses ``r_i = 1``); it is the
+        NNGP counterpart of an ARD lengthscale.
+    relevance_bounds : pair of floats or "fixed", default=(1e-3, 1e3)
+        Box for each relevance ``r_i`` when ``ard=True``.
     normalize_X : bool, default=True
         Standardise each feature with the training mean and standard deviation (the NNGP
         kernel has no lengthscale; every experiment of the paper standardises).
@@ -188,7 +208,7 @@ prior_scale_bounds : pair of floats or "fixed"
         Tolerance on the change of the per-datum negative log marginal likelihood.
     learning_rate : float, default=0.05
         Adam step size.
-    subset_size : int or None, default=1000
+    subset_size : int or None, default=500
         When ``n_samples > subset_size``, optimise first on a random subset of this many rows,
         then refine on all rows for ``refine_iter`` L-BFGS iterations. ``None`` always
         optimises on all rows.
@@ -209,6 +229,8 @@ prior_scale_bounds : pair of floats or "fixed"
     X_train_ : ndarray of shape (n_samples, n_features)
     y_train_ : ndarray of shape (n_samples, n_targets)
         Training targets after normalisation.
+    relevance_ : ndarray of shape (n_features,)
+        Fitted ARD relevances (ones when ``ard=False``).
     hyperparameters_ : dict
         Fitted values of ``weight_variance``, ``bias_variance``, ``alpha``, ``prior_shape``,
         ``prior_scale``.
@@ -282,6 +304,8 @@ prior_scale_bounds : pair of floats or "fixed"
         "n_samples": [Interval(numbers.Integral, 1, None, closed="left")],
         "predictive": [StrOptions({"posterior", "readout_trained", "ntk_trained"})],
         "include_noise": ["boolean"],
+        "ard": ["boolean"],
+        "relevance_bounds": BOUNDS_CONSTRAINT,
         "normalize_X": ["boolean"],
         "normalize_y": ["boolean"],
         "weight_variance_bounds": BOUNDS_CONSTRAINT,
@@ -306,12 +330,13 @@ prior_scale_bounds : pair of floats or "fixed"
     def __init__(self, *, depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1,
                  alpha=1e-2, alpha_mode="absolute", prior="invgamma", prior_shape=2.0,
                  prior_scale=2.0, burr_c=2.0, burr_d=1.0, inference="auto", n_samples=1000,
-                 predictive="posterior", include_noise=True, normalize_X=True,
+                 predictive="posterior", include_noise=True, ard=False,
+                 relevance_bounds=(1e-3, 1e3), normalize_X=True,
                  normalize_y=True, weight_variance_bounds=(1e-2, 1e2),
                  bias_variance_bounds=(1e-5, 1e1), alpha_bounds=(1e-6, 1e1),
                  prior_shape_bounds=(0.5, 1e4), prior_scale_bounds=(1e-3, 1e4),
                  optimizer="lbfgs", n_restarts_optimizer=0, max_iter=100, tol=1e-6,
-                 learning_rate=0.05, subset_size=1000, refine_iter=10, batch_size=None,
+                 learning_rate=0.05, subset_size=500, refine_iter=10, batch_size=None,
                  device="auto", dtype="float64", random_state=None, verbose=0):
         self.depth = depth
         self.activation = activation
@@ -328,6 +353,8 @@ prior_scale_bounds : pair of floats or "fixed"
         self.n_samples = n_samples
         self.predictive = predictive
         self.include_noise = include_noise
+        self.ard = ard
+        self.relevance_bounds = relevance_bounds
         self.normalize_X = normalize_X
         self.normalize_y = normalize_y
         self.weight_variance_bounds = weight_variance_bounds
@@ -361,6 +388,7 @@ prior_scale_bounds : pair of floats or "fixed"
         self._activation = get_activation(self.activation)
         bounds = [check_bounds(name, getattr(self, f"{name}_bounds"), getattr(self, name),
                                enforce=self.optimizer is not None) for name in HYPERPARAMETERS]
+        bounds.append(check_bounds("relevance", self.relevance_bounds, 1.0, enforce=False))
         return kind, inference, bounds
 
     def _make_prior(self, kind, inference, gen, rng, device, dtype):
@@ -420,11 +448,13 @@ prior_scale_bounds : pair of floats or "fixed"
         Yt = as_tensor(self.y_train_, device, dtype)
         self._prior_obj = self._make_prior(kind, inference, gen, rng, device, dtype)
         engine = _Engine(Xt, Yt, depth=self.depth, activation=self._activation,
-                         alpha_mode=self.alpha_mode, prior=self._prior_obj)
-        theta = torch.log(torch.tensor([float(getattr(self, h)) for h in HYPERPARAMETERS],
-                                       device=device, dtype=dtype))
+                         alpha_mode=self.alpha_mode, prior=self._prior_obj, ard=self.ard)
+        n_rel = X.shape[1] if self.ard else 0
+        theta = torch.log(torch.tensor([float(getattr(self, h)) for h in HYPERPARAMETERS]
+                                       + [1.0] * n_rel, device=device, dtype=dtype))
         free = [b != "fixed" and h in self._prior_obj.uses + HYPERPARAMETERS[:3]
-                for h, b in zip(HYPERPARAMETERS, bounds)]
+                for h, b in zip(HYPERPARAMETERS, bounds)] + [bounds[5] != "fixed"] * n_rel
+        bounds = bounds[:5] + [bounds[5]] * n_rel
         self.n_iter_, self.converged_, self.loss_curve_ = 0, True, []
         if self.optimizer is not None and any(free):
             theta = self._optimise(engine, theta, free, bounds, rng, device, dtype)
@@ -433,6 +463,7 @@ prior_scale_bounds : pair of floats or "fixed"
         optimised = self.optimizer is not None
         self.hyperparameters_ = {h: (fitted[i] if optimised and free[i] else float(getattr(self, h)))
                                  for i, h in enumerate(HYPERPARAMETERS)}
+        self.relevance_ = np.asarray(fitted[5:]) if self.ard else np.ones(X.shape[1])
         self._engine, self._theta = engine, theta
         cache = self._factorise()
         f = cache["factor"]
@@ -466,7 +497,7 @@ prior_scale_bounds : pair of floats or "fixed"
                                   device=device)
             sub = _Engine(engine.X[idx], engine.Y[idx], depth=self.depth,
                           activation=self._activation, alpha_mode=self.alpha_mode,
-                          prior=engine.prior)
+                          prior=engine.prior, ard=self.ard)
             stages = [(sub, self.max_iter, self.n_restarts_optimizer),
                       (engine, self.refine_iter, 0)]
         theta = theta0.clone()
@@ -512,11 +543,11 @@ prior_scale_bounds : pair of floats or "fixed"
         """Final factorisation on the training set (and the NTK pieces for Thm 3.3)."""
         eng, theta = self._engine, self._theta
         f = eng.factor(theta, warn=True, context=f"{type(self).__name__}: training kernel")
-        cache = {"factor": f, "X": eng.X}
+        cache = {"factor": f, "X": eng.scale(eng.X, theta)}
         if self.predictive == "ntk_trained":
             p = torch.exp(theta)
             with torch.no_grad():
-                K, T = eng.kernel(eng.X, None, p[0], p[1], ntk=True)
+                K, T = eng.kernel(cache["X"], None, p[0], p[1], ntk=True)
                 T = T.clone()
                 T.diagonal().add_(f["lam_eff"])
                 LT, _ = stable_cholesky(T, context=f"{type(self).__name__}: training NTK")
@@ -530,9 +561,10 @@ prior_scale_bounds : pair of floats or "fixed"
         Xt = as_tensor(self._standardise_X(self.X_train_), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         self._engine = _Engine(Xt, Yt, depth=self.depth, activation=self._activation,
-                               alpha_mode=self.alpha_mode, prior=self._prior_obj)
+                               alpha_mode=self.alpha_mode, prior=self._prior_obj, ard=self.ard)
         self._theta = torch.log(torch.tensor(
-            [self.hyperparameters_[h] for h in HYPERPARAMETERS], device=device, dtype=dtype))
+            [self.hyperparameters_[h] for h in HYPERPARAMETERS]
+            + (list(self.relevance_) if self.ard else []), device=device, dtype=dtype))
         return self._factorise()
 
     def __getstate__(self):
@@ -572,14 +604,15 @@ prior_scale_bounds : pair of floats or "fixed"
         cache = self._get_cache()
         eng, f = self._engine, cache["factor"]
         p = torch.exp(self._theta)
-        Xq = as_tensor(self._standardise_X(X), self.device_, self._dtype)
+        Xq = eng.scale(as_tensor(self._standardise_X(X), self.device_, self._dtype), self._theta)
+        Xtr = cache["X"]
         ntk = self.predictive == "ntk_trained"
         lam = f["lam_eff"] if self.include_noise else 0.0
 
         def block(Xb, cov):
             with torch.no_grad():
                 if ntk:
-                    Ks, Ts = eng.kernel(Xb, eng.X, p[0], p[1], ntk=True)
+                    Ks, Ts = eng.kernel(Xb, Xtr, p[0], p[1], ntk=True)
                     mean = Ts @ cache["AT"]
                     B = cho_solve(cache["LT"], Ts.T)  # Theta_lambda^{-1} Theta_tr,*
                     cross = Ks @ B
@@ -590,7 +623,7 @@ prior_scale_bounds : pair of floats or "fixed"
                         V = (eng.kernel(Xb, None, p[0], p[1], diag=True)
                              + (B * KB).sum(0) - 2 * cross.diagonal())
                 else:
-                    Ks = eng.kernel(Xb, eng.X, p[0], p[1])
+                    Ks = eng.kernel(Xb, Xtr, p[0], p[1])
                     mean = Ks @ f["A"]
                     v = solve_lower(f["L"], Ks.T)
                     if cov:
@@ -699,9 +732,10 @@ optional
 
         Parameters
         ----------
-        theta : array-like of shape (5,), default=None
+        theta : array-like of shape (5,) or (5 + n_features,), default=None
             Logarithms of ``weight_variance, bias_variance, alpha, prior_shape,
-            prior_scale``; ``None`` returns the fitted value.
+            prior_scale`` (then the relevances when ``ard=True``); ``None`` returns the fitted
+            value.
         eval_gradient : bool, default=False
             Also return the gradient with respect to ``theta``.
         """
@@ -711,12 +745,13 @@ optional
                 raise ValueError("eval_gradient=True requires theta.")
             return self.log_marginal_likelihood_value_
         theta = np.asarray(theta, dtype=float)
-        if theta.shape != (len(HYPERPARAMETERS),) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"theta must be {len(HYPERPARAMETERS)} finite log-values "
-                             f"({', '.join(HYPERPARAMETERS)}).")
+        size = len(HYPERPARAMETERS) + (self.n_features_in_ if self.ard else 0)
+        if theta.shape != (size,) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"theta must be {size} finite log-values "
+                             f"({', '.join(HYPERPARAMETERS)}{', relevances' if self.ard else ''}).")
         self._get_cache()
         th = as_tensor(theta, self.device_, self._dtype)
-        lml, grad = self._engine.value_and_grad(th, [True] * len(HYPERPARAMETERS))
+        lml, grad = self._engine.value_and_grad(th, [True] * size)
         if eval_gradient:
             return to_float(lml), to_numpy(grad)
         return to_float(lml)
@@ -798,7 +833,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                  alpha=1e-2, prior="invgamma", prior_shape=2.0, prior_scale=2.0, burr_c=2.0,
                  burr_d=1.0, inference="auto", n_samples=1000, target_coding="onehot",
                  n_quadrature=32, optimizer="lbfgs", n_restarts_optimizer=0, max_iter=100,
-                 tol=1e-6, subset_size=1000, refine_iter=10, batch_size=None, device="auto",
+                 tol=1e-6, subset_size=500, refine_iter=10, batch_size=None, device="auto",
                  dtype="float64", random_state=None, verbose=0):
         self.depth = depth
         self.activation = activation
