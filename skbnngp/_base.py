@@ -10,7 +10,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import resolve_device, resolve_dtype
-from .exceptions import DeviceWarning
+from .exceptions import DeviceWarning, NumericalWarning
 from .utils._sklearn_compat import Interval, StrOptions
 
 #: Constraints reused by every estimator's ``_parameter_constraints``.
@@ -112,3 +112,64 @@ class PredictDistMixin:
         std : ndarray of shape (n_samples,) or (n_samples, n_targets)
         """
         return self.predict(X, return_std=True)[1]
+
+
+def clip_variances(estimator, V, full_cov):
+    """Clip negative predictive variances to 0, warning when they are not round-off.
+
+    ``V`` is a NumPy vector of variances or a covariance matrix (its diagonal is clipped).
+    """
+    diag = np.diagonal(V) if full_cov else V
+    scale = max(1.0, float(np.abs(diag).max(initial=0.0)))
+    if np.any(diag < -1e-8 * scale):
+        warnings.warn(f"{type(estimator).__name__}: predicted variances down to "
+                      f"{diag.min():.3g} were clipped to 0.", NumericalWarning, stacklevel=4)
+    if full_cov:
+        V = V.copy()
+        np.fill_diagonal(V, np.maximum(diag, 0.0))
+        return V
+    return np.maximum(V, 0.0)
+
+
+class GPRegressorMixin(PredictDistMixin):
+    """Target normalisation and ``predict`` assembly shared by the GP-type regressors.
+
+    A subclass implements ``_latent(X, full_cov)`` returning the normalised predictive mean
+    (m x C) and the unit-amplitude variance (m,) or covariance (m x m), and may override
+    ``_variance_multiplier()`` (1 by default; ``E[s | y]`` for a scale mixture).
+    """
+
+    def _normalise_targets(self, y):
+        """Store the target statistics and return ``y`` as a normalised (n, C) array."""
+        self._y_1d = y.ndim == 1
+        Y = y.reshape(-1, 1) if self._y_1d else y
+        if Y.shape[1] == 0:
+            raise ValueError("y has 0 targets; at least one is required.")
+        if self.normalize_y:
+            self._y_train_mean = Y.mean(axis=0)
+            std = Y.std(axis=0)
+            self._y_train_std = np.where(std > 0, std, 1.0)
+        else:
+            self._y_train_mean, self._y_train_std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
+        return (Y - self._y_train_mean) / self._y_train_std
+
+    def _unscale(self, mean):
+        out = mean * self._y_train_std + self._y_train_mean
+        return out[:, 0] if self._y_1d else out
+
+    def _variance_multiplier(self):
+        return 1.0
+
+    def _predict_moments(self, X, return_std=False, return_cov=False):
+        if return_std and return_cov:
+            raise RuntimeError("At most one of return_std or return_cov can be requested.")
+        mean, V = self._latent(X, full_cov=return_cov)
+        y_mean = self._unscale(mean)
+        if not (return_std or return_cov):
+            return y_mean
+        factor = self._variance_multiplier() * self._y_train_std**2
+        if return_std:
+            std = np.sqrt(V[:, None] * factor)
+            return y_mean, (std[:, 0] if self._y_1d else std)
+        cov = V[:, :, None] * factor
+        return y_mean, (cov[:, :, 0] if self._y_1d else cov)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 
 import numpy as np
 import torch
 from numpy.polynomial.hermite_e import hermegauss
 from scipy import stats
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
@@ -19,10 +17,10 @@ from ._backend import (as_tensor, auto_batch_size, cho_inverse, cho_logdet, cho_
                        iter_slices, make_generator, minimize, solve_lower, stable_cholesky,
                        to_float, to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
-                    DTYPE_CONSTRAINT, PredictDistMixin, TorchEstimatorMixin, check_bounds,
-                    warn_convergence)
+                    DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
+                    clip_variances, warn_convergence)
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
-from .exceptions import NumericalError, NumericalWarning
+from .exceptions import NumericalError
 from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
                                     check_is_fitted, validate_data)
@@ -126,7 +124,7 @@ def _check_prior(prior):
         f"on (0, inf); got {prior!r}.")
 
 
-class StudentTProcessRegressor(PredictDistMixin, TorchEstimatorMixin, RegressorMixin,
+class StudentTProcessRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin,
                                BaseEstimator):
     """Student-t process regression with an NNGP kernel (scale mixture of NNGPs).
 
@@ -430,10 +428,7 @@ prior_scale_bounds : pair of floats or "fixed"
         kind, inference, bounds = self._check_params()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
-        self._y_1d = y.ndim == 1
-        Y = y.reshape(-1, 1) if self._y_1d else y
-        if Y.shape[1] == 0:
-            raise ValueError("y has 0 targets; at least one is required.")
+        self.y_train_ = self._normalise_targets(y)
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         gen = make_generator(rng.randint(np.iinfo(np.int32).max), device)
@@ -442,13 +437,6 @@ prior_scale_bounds : pair of floats or "fixed"
         self._X_offset = X.mean(axis=0) if self.normalize_X else np.zeros(X.shape[1])
         scale = X.std(axis=0) if self.normalize_X else np.ones(X.shape[1])
         self._X_scale = np.where(scale > 1e-12 * max(1.0, np.abs(X).max()), scale, 1.0)
-        if self.normalize_y:
-            self._y_train_mean = Y.mean(axis=0)
-            std = Y.std(axis=0)
-            self._y_train_std = np.where(std > 0, std, 1.0)
-        else:
-            self._y_train_mean, self._y_train_std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
-        self.y_train_ = (Y - self._y_train_mean) / self._y_train_std
 
         Xt = as_tensor(self._standardise_X(X), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
@@ -649,22 +637,10 @@ prior_scale_bounds : pair of floats or "fixed"
             parts = [block(Xq[sl], False) for sl in iter_slices(Xq.shape[0], bs)]
             mean = torch.cat([m for m, _ in parts]) if parts else Xq.new_zeros((0, eng.C))
             V = torch.cat([v for _, v in parts]) if parts else Xq.new_zeros(0)
-        mean, V = to_numpy(mean), to_numpy(V)
-        diag = np.diagonal(V) if full_cov else V
-        scale = max(1.0, float(np.abs(diag).max(initial=0.0)))
-        if np.any(diag < -1e-8 * scale):
-            warnings.warn(f"{type(self).__name__}: predicted variances down to "
-                          f"{diag.min():.3g} were clipped to 0.", NumericalWarning, stacklevel=3)
-        if full_cov:
-            V = V.copy()
-            np.fill_diagonal(V, np.maximum(diag, 0.0))
-        else:
-            V = np.maximum(V, 0.0)
-        return mean, V
+        return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
 
-    def _unscale(self, mean):
-        out = mean * self._y_train_std + self._y_train_mean
-        return out[:, 0] if self._y_1d else out
+    def _variance_multiplier(self):
+        return self._mixing().mean()
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally its standard deviation or covariance.
@@ -684,19 +660,7 @@ prior_scale_bounds : pair of floats or "fixed"
         y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets), \
 optional
         """
-        if return_std and return_cov:
-            raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        mean, V = self._latent(X, full_cov=return_cov)
-        y_mean = self._unscale(mean)
-        if not (return_std or return_cov):
-            return y_mean
-        es = self._mixing().mean()
-        var_y = self._y_train_std**2
-        if return_std:
-            std = np.sqrt(es * V[:, None] * var_y)
-            return y_mean, (std[:, 0] if self._y_1d else std)
-        cov = es * V[:, :, None] * var_y
-        return y_mean, (cov[:, :, 0] if self._y_1d else cov)
+        return self._predict_moments(X, return_std, return_cov)
 
     def predict_dist(self, X):
         """Frozen predictive distribution of y at ``X``.
