@@ -6,11 +6,13 @@ NumPy arrays go in and come out.
 
 __version__ = "0.1.0.dev0"
 
+from ._mixed_activation import MixedActivationGPRegressor  # noqa: E402
 from ._student_t import StudentTProcessClassifier, StudentTProcessRegressor  # noqa: E402
 
 __all__ = [
     "StudentTProcessRegressor",
     "StudentTProcessClassifier",
+    "MixedActivationGPRegressor",
     "__version__",
 ]
 

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceW
 FAST = {
     "StudentTProcessRegressor": dict(max_iter=15, device="cpu"),
     "StudentTProcessClassifier": dict(max_iter=15, device="cpu"),
+    "MixedActivationGPRegressor": dict(n_anchors=20, max_iter=15, device="cpu"),
 }
 
 

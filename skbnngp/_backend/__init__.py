@@ -2,13 +2,15 @@
 
 Device/dtype resolution and NumPy<->torch conversion (:mod:`._device`), stable Cholesky and
 low-rank solves (:mod:`._linalg`), chunked evaluation (:mod:`._chunks`), the optimisation loop
-(:mod:`._optim`) and seeding (:mod:`._random`). Every estimator uses these; extend them rather
-than writing a second one.
+(:mod:`._optim`), seeding (:mod:`._random`) and exact/Nystrom GP likelihoods with adjoint
+gradients (:mod:`._gp`). Every estimator uses these; extend them rather than writing a second
+one.
 """
 
 from ._chunks import auto_batch_size, chunked_apply, iter_slices
 from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state, to_float,
                       to_numpy)
+from ._gp import ExactGP, NystromGP, gp_predict
 from ._linalg import (JITTER_LADDER, LowRankPlusDiag, cho_inverse, cho_logdet, cho_solve,
                       solve_lower, stable_cholesky, woodbury_solve)
 from ._optim import OptimResult, minimize
@@ -20,4 +22,5 @@ __all__ = [
     "JITTER_LADDER", "LowRankPlusDiag", "cho_inverse", "cho_logdet", "cho_solve", "solve_lower",
     "stable_cholesky", "woodbury_solve",
     "OptimResult", "minimize", "make_generator",
+    "ExactGP", "NystromGP", "gp_predict",
 ]

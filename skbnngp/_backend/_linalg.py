@@ -46,11 +46,11 @@ def stable_cholesky(A: torch.Tensor, *, context: str = "kernel matrix", warn: bo
     n = A.shape[0]
     if n == 0:
         return A.clone(), 0.0
-    if not bool(torch.isfinite(A).all()):
+    if not bool(torch.isfinite(A.detach()).all()):
         raise NumericalError(
             f"{context} contains NaN or inf values; check the inputs and hyperparameters."
         )
-    scale = float(A.diagonal().abs().mean())
+    scale = float(A.detach().diagonal().abs().mean())  # A may carry a graph (Nystrom adjoint)
     if not scale > 0:
         scale = 1.0
     eye = None

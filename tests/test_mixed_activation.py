@@ -1,0 +1,404 @@
+"""Properties of MixedActivationGPRegressor (spec 001 §7; the item is cited in each test)."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from scipy.optimize import approx_fprime
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import WhiteKernel
+
+import skbnngp._backend._gp as gp_module
+from skbnngp import MixedActivationGPRegressor
+from skbnngp.exceptions import NumericalWarning
+from skbnngp.kernels import MixedActivationKernel, mixed_activation_kernel
+
+FIXED = dict(optimizer=None, priors=None, device="cpu", noise_variance=0.05, sigma_b2=0.7,
+             sigma_v2=1.3, sigma_u2=1.8, sigma_a2=0.6, leaky_slope=0.3, weights=[0.6, 0.4])
+
+
+def toy(n=60, d=3, seed=0, targets=None):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 2, size=(n, d))
+    f = np.sin(3 * X[:, 0]) + 0.5 * X[:, 1] ** 2
+    y = f + 0.1 * rng.normal(size=n)
+    if targets:
+        y = np.column_stack([y + k * X[:, -1] for k in range(targets)])
+    return X, y
+
+
+def fixed(**kw):
+    return MixedActivationGPRegressor(**{**FIXED, **kw})
+
+
+def kernel_np(reg, A, B=None):
+    """K_mix on the estimator's scaled inputs at its fitted hyperparameters (numpy)."""
+    t = lambda Z: torch.as_tensor(reg._scale_X(Z))  # noqa: E731
+    K = mixed_activation_kernel(t(A), None if B is None else t(B), sigma_b2=reg.sigma_b2_,
+                                sigma_v2=reg.sigma_v2_, sigma_u2=reg.sigma_u2_,
+                                sigma_a2=reg.sigma_a2_, leaky_slope=reg.leaky_slope_,
+                                weights=reg.weights_)
+    return K.numpy()
+
+
+# ----------------------------------------------------------------------------- likelihoods
+def test_exact_nll_equals_scipy_and_map_adds_priors():
+    """T12: the exact log marginal likelihood is scipy's multivariate-normal logpdf; the MAP
+    objective minus the NLL equals the prior terms of (20) computed by hand."""
+    X, y = toy()
+    reg = fixed(approx="exact").fit(X, y)
+    K = kernel_np(reg, X) + reg.noise_variance_ * np.eye(len(X))
+    expected = stats.multivariate_normal(np.zeros(len(X)), K).logpdf(reg.y_train_[:, 0])
+    assert reg.log_marginal_likelihood_value_ == pytest.approx(expected, rel=1e-9)
+    priors = {"sigma_b2": (2.0, 1.0), "sigma_v2": (3.0, 0.5), "sigma_u2": (2.0, 1.0),
+              "sigma_a2": (2.5, 1.5), "noise_variance": (2.0, 0.1), "leaky_slope": (2.0, 3.0),
+              "weights": 1.5}
+    reg = fixed(approx="exact", priors=priors).fit(X, y)
+    by_hand = sum((priors[h][0] + 1) * np.log(getattr(reg, f"{h}_"))
+                  + priors[h][1] / getattr(reg, f"{h}_")
+                  for h in ("sigma_b2", "sigma_v2", "sigma_u2", "sigma_a2", "noise_variance"))
+    al = reg.leaky_slope_
+    by_hand += -(2.0 - 1) * np.log(al) - (3.0 - 1) * np.log(1 - al)
+    by_hand += -(1.5 - 1) * np.log(reg.weights_).sum()
+    got = reg.map_objective_value_ + reg.log_marginal_likelihood_value_
+    assert got == pytest.approx(by_hand, rel=1e-10)
+    # and up to normalising constants it is minus scipy's invgamma/beta log densities
+    ref = -stats.invgamma(3.0, scale=0.5).logpdf(reg.sigma_v2_) - stats.beta(2, 3).logpdf(al)
+    ref0 = -stats.invgamma(3.0, scale=0.5).logpdf(1.0) - stats.beta(2, 3).logpdf(0.5)
+    mine = lambda v, a: 4.0 * np.log(v) + 0.5 / v - np.log(a) - 2 * np.log(1 - a)  # noqa: E731
+    assert mine(reg.sigma_v2_, al) - mine(1.0, 0.5) == pytest.approx(ref - ref0, rel=1e-10)
+
+
+@pytest.mark.parametrize("approx", ["exact", "nystrom"])
+@pytest.mark.parametrize("keep", [True, False])
+def test_lml_gradient_matches_finite_differences(approx, keep, monkeypatch):
+    """T11: the adjoint gradient of the (Nystrom) log marginal likelihood in every raw
+    hyperparameter equals finite differences, on both the kept-graph and the two-pass paths,
+    with duplicate rows and two targets."""
+    if not keep:
+        monkeypatch.setattr(gp_module, "KEEP_GRAPH_ELEMENTS", 0)
+    X, y = toy(n=40, targets=2)
+    X[7] = X[3]
+    reg = fixed(approx=approx, n_anchors=15, batch_size=7).fit(X, y)
+    theta = reg.theta_ + np.random.default_rng(1).normal(scale=0.3, size=reg.theta_.size)
+    value, grad = reg.log_marginal_likelihood(theta, eval_gradient=True)
+    assert value == pytest.approx(reg.log_marginal_likelihood(theta), rel=1e-12)
+    numeric = approx_fprime(theta, reg.log_marginal_likelihood, 1e-6)
+    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-4)
+
+
+def test_nystrom_with_all_rows_equals_exact():
+    """T13: anchors = every training row ("first", r = n, jitter 0): the Nystrom NLL,
+    predictive mean and variance equal the exact GP's to ~1e-8."""
+    X, y = toy(n=80, d=2)
+    Xt, _ = toy(n=15, d=2, seed=1)
+    exact = fixed(approx="exact").fit(X, y)
+    nys = fixed(approx="nystrom", anchors="first", n_anchors=80, jitter=0.0).fit(X, y)
+    assert nys.n_anchors_ == 80
+    assert nys.log_marginal_likelihood_value_ == pytest.approx(
+        exact.log_marginal_likelihood_value_, rel=1e-8)
+    m1, s1 = exact.predict(Xt, return_std=True)
+    m2, s2 = nys.predict(Xt, return_std=True)
+    np.testing.assert_allclose(m2, m1, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(s2, s1, rtol=1e-8)
+
+
+def test_nystrom_likelihood_is_low_rank_plus_noise():
+    """T16 / A1: for r < n the NLL is that of Q + noise I (finite), computed without any
+    n x n matrix, and equals the dense formula; the paper's literal eq (22) is singular."""
+    X, y = toy(n=70)
+    reg = fixed(anchors="first", n_anchors=9, jitter=0.0).fit(X, y)
+    K_nS = kernel_np(reg, X, reg.anchors_)
+    Q = K_nS @ np.linalg.solve(kernel_np(reg, reg.anchors_), K_nS.T)
+    dense = stats.multivariate_normal(np.zeros(70), Q + reg.noise_variance_ * np.eye(70),
+                                      allow_singular=False).logpdf(reg.y_train_[:, 0])
+    assert np.isfinite(reg.log_marginal_likelihood_value_)
+    assert reg.log_marginal_likelihood_value_ == pytest.approx(dense, rel=1e-8)
+    Kt = kernel_np(reg, X) + reg.noise_variance_ * np.eye(70)
+    literal = Kt[:, :9] @ np.linalg.solve(Kt[:9, :9], Kt[:9, :])  # eq (22)
+    assert np.linalg.matrix_rank(literal) == 9
+
+
+@pytest.mark.parametrize("approx, r", [("exact", None), ("nystrom", 4), ("nystrom", 25)])
+def test_predictive_variance_bounds(approx, r):
+    """T15 / A2: 0 <= var_f <= k(x, x) and var_y >= noise; std == sqrt(diag(cov)), also
+    with a rank so low that the paper's hybrid predictive goes negative."""
+    X, y = toy(n=60)
+    Xt = np.random.default_rng(2).uniform(-3, 4, size=(40, 3))
+    reg = fixed(approx=approx, n_anchors=r or 10, anchors="random", random_state=0,
+                include_noise=False).fit(X, y)
+    _, std = reg.predict(Xt, return_std=True)
+    var_f = (std / reg._y_train_std[0]) ** 2
+    kss = np.diag(kernel_np(reg, Xt))
+    assert np.all(var_f >= 0) and np.all(var_f <= kss * (1 + 1e-10))
+    reg.set_params(include_noise=True)
+    _, cov = reg.predict(Xt, return_cov=True)
+    _, std_y = reg.predict(Xt, return_std=True)
+    np.testing.assert_allclose(std_y, np.sqrt(np.diag(cov)), rtol=1e-10)
+    assert np.all(std_y**2 >= reg.noise_variance_ * reg._y_train_std[0] ** 2 * (1 - 1e-12))
+    assert np.all(np.isfinite(std_y))
+
+
+# ----------------------------------------------------------------------------- anchors
+def test_anchor_strategies():
+    """T17: "first" == the first rows; random / kmeans++ / kmeans repeat with the seed;
+    kmeans++ gives distinct data rows and kmeans centroids; user anchors are kept."""
+    X, y = toy(n=60)
+    first = fixed(anchors="first", n_anchors=7).fit(X, y)
+    np.testing.assert_array_equal(first.anchors_, X[:7])
+    np.testing.assert_array_equal(first.anchor_indices_, np.arange(7))
+    for name in ("random", "kmeans++", "kmeans"):
+        a = fixed(anchors=name, n_anchors=12, random_state=3).fit(X, y)
+        b = fixed(anchors=name, n_anchors=12, random_state=3).fit(X, y)
+        np.testing.assert_array_equal(a.anchors_, b.anchors_)
+        assert a.anchors_.shape == (12, 3)
+        if name == "kmeans":
+            assert a.anchor_indices_ is None
+        else:
+            assert np.unique(a.anchor_indices_).size == 12
+            np.testing.assert_allclose(a.anchors_, X[a.anchor_indices_], rtol=1e-14)
+    user = fixed(anchors=X[10:15] + 0.01).fit(X, y)
+    np.testing.assert_allclose(user.anchors_, X[10:15] + 0.01, rtol=1e-13)
+    assert user.n_anchors_ == 5 and user.anchor_indices_ is None
+
+
+def test_duplicates_and_too_many_anchors():
+    """Bad input: duplicate rows never become duplicate anchors; a user array with duplicates
+    is deduplicated with a warning; n_anchors > n is clipped with a warning; no Cholesky
+    failure in any case."""
+    X, y = toy(n=30)
+    X[10:20] = X[0]  # eleven copies of one row: 20 distinct rows
+    with pytest.warns(UserWarning, match="exceeds the 20 distinct"):
+        reg = fixed(anchors="first", n_anchors=50, jitter=0.0).fit(X, y)
+    assert reg.n_anchors_ == 20 and np.unique(reg.anchors_, axis=0).shape[0] == 20
+    with pytest.warns(UserWarning, match="dropped 2 duplicate anchors"):
+        reg = fixed(anchors=np.vstack([X[:5], X[:2]])).fit(X, y)
+    assert reg.n_anchors_ == 5
+    assert np.all(np.isfinite(reg.predict(X)))
+
+
+def test_nystrom_error_decreases_with_rank():
+    """T18: the error of the Nystrom predictive mean against the exact GP decreases on
+    average (3 seeds, random anchors) as r grows."""
+    X, y = toy(n=120, d=4)
+    Xt, _ = toy(n=50, d=4, seed=5)
+    exact = fixed(approx="exact").fit(X, y).predict(Xt)
+    errors = []
+    for r in (4, 16, 64):
+        errs = [np.sqrt(np.mean((fixed(anchors="random", n_anchors=r, random_state=s)
+                                 .fit(X, y).predict(Xt) - exact) ** 2)) for s in range(3)]
+        errors.append(np.mean(errs))
+    assert errors[0] > errors[1] > errors[2]
+
+
+# ----------------------------------------------------------------------------- fitting
+def test_fit_reproducible_and_map_decreases():
+    """T20, T22: the same random_state gives the same fit; weights sum to one, alpha and w
+    in (0, 1); the MAP objective at the optimum is below its initial value."""
+    X, y = toy(n=60)
+    kw = dict(n_anchors=40, max_iter=25, device="cpu", random_state=0)
+    a = MixedActivationGPRegressor(**kw).fit(X, y)
+    b = MixedActivationGPRegressor(**kw).fit(X, y)
+    np.testing.assert_array_equal(a.theta_, b.theta_)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+    assert a.weights_.sum() == pytest.approx(1.0, abs=1e-12)
+    assert 0 < a.leaky_slope_ < 1 and np.all((a.weights_ > 0) & (a.weights_ < 1))
+    assert a.loss_curve_[-1] <= a.loss_curve_[0] and min(a.loss_curve_) < a.loss_curve_[0]
+    assert a.n_iter_ > 0 and a.score(X, y) > 0.7
+
+
+def test_noise_initialisation_rule():
+    """T24 / rule (25): noise_variance="auto" starts at 0.04 x mean diag K on scaled X."""
+    X, y = toy(n=50)
+    reg = fixed(noise_variance="auto", noise_init_ratio=0.04).fit(X, y)
+    assert reg.noise_variance_ == pytest.approx(0.04 * np.mean(np.diag(kernel_np(reg, X))),
+                                                rel=1e-12)
+    scaled = reg._scale_X(X)
+    assert scaled.min() == pytest.approx(-0.5) and scaled.max() == pytest.approx(0.5)
+
+
+def test_normalize_y_affine_equivariance():
+    """T23: fitting a y + b gives a mu + b, |a| std and the same hyperparameters."""
+    X, y = toy(n=50)
+    kw = dict(n_anchors=15, max_iter=10, device="cpu", random_state=0, anchors="first")
+    r1 = MixedActivationGPRegressor(**kw).fit(X, y)
+    with pytest.warns(ConvergenceWarning):
+        r2 = MixedActivationGPRegressor(**kw).fit(X, -3.0 * y + 7.0)
+    np.testing.assert_allclose(r2.theta_, r1.theta_, rtol=1e-10, atol=1e-12)
+    m1, s1 = r1.predict(X[:5], return_std=True)
+    m2, s2 = r2.predict(X[:5], return_std=True)
+    np.testing.assert_allclose(m2, -3.0 * m1 + 7.0, rtol=1e-10)
+    np.testing.assert_allclose(s2, 3.0 * s1, rtol=1e-10)
+
+
+def test_paper_preset_barely_moves():
+    """T27 / A6: the paper's protocol (Adam, lr 1e-3, 50 steps) moves every raw parameter by
+    at most ~0.05 * 1.1 from its start, and says it did not converge."""
+    X, y = toy(n=60)
+    start = fixed(approx="exact").fit(X, y).theta_  # optimizer=None: the initial values
+    with pytest.warns(ConvergenceWarning, match="max_iter=50"):
+        reg = MixedActivationGPRegressor(**{**FIXED, "preset": "paper",
+                                            "approx": "exact"}).fit(X, y)
+    assert reg.n_iter_ == 50 and not reg.converged_
+    assert np.max(np.abs(reg.theta_ - start)) <= 0.05 * 1.1
+
+
+def test_convergence_warning_and_fixed_bounds():
+    X, y = toy(n=40)
+    with pytest.warns(ConvergenceWarning, match="MixedActivationGPRegressor: hyperparameter"):
+        reg = MixedActivationGPRegressor(max_iter=1, n_anchors=10, device="cpu").fit(X, y)
+    assert not reg.converged_
+    reg = MixedActivationGPRegressor(max_iter=5, n_anchors=10, device="cpu",
+                                     sigma_b2_bounds="fixed", leaky_slope_bounds="fixed",
+                                     weights_bounds="fixed", sigma_b2=0.3, leaky_slope=0.2,
+                                     weights=[0.25, 0.75])
+    with pytest.warns(ConvergenceWarning):
+        reg.fit(X, y)
+    assert reg.sigma_b2_ == 0.3 and reg.leaky_slope_ == pytest.approx(0.2, rel=1e-12)
+    np.testing.assert_allclose(reg.weights_, [0.25, 0.75], rtol=1e-12)
+
+
+def test_subset_warm_start_then_refine():
+    """More rows than subset_size: optimise on a subset, refine on all rows."""
+    X, y = toy(n=90)
+    reg = MixedActivationGPRegressor(n_anchors=10, subset_size=40, refine_iter=2, max_iter=10,
+                                     device="cpu", random_state=0)
+    with pytest.warns(ConvergenceWarning):
+        reg.fit(X, y)
+    assert reg.n_iter_ >= 3 and len(reg.loss_curve_) > reg.n_iter_ - 1
+
+
+# ----------------------------------------------------------------------------- estimator API
+def test_sklearn_gpr_with_adapter_gives_the_exact_fit():
+    """The sklearn adapter inside GaussianProcessRegressor gives the exact mode's fit: equal
+    log marginal likelihood and predictions at the same hyperparameters, and both optimisers
+    reach the same optimum (sigma_b2, alpha, w fixed in both: the full optimum is weakly
+    identified, spec 001 §3.4)."""
+    X, y = toy(n=40, d=2)
+    Xt, _ = toy(n=10, d=2, seed=3)
+    kw = dict(approx="exact", priors=None, input_scaling=None, device="cpu", random_state=0,
+              sigma_b2_bounds="fixed", leaky_slope_bounds="fixed", weights_bounds="fixed")
+    reg = MixedActivationGPRegressor(**kw).fit(X, y)
+
+    def kernel_of(r):
+        odds = r.weights_[0] / r.weights_[1]
+        return MixedActivationKernel(r.sigma_b2_, r.sigma_v2_, r.sigma_u2_, r.sigma_a2_,
+                                     r.leaky_slope_, odds, sigma_b2_bounds="fixed",
+                                     leaky_slope_bounds="fixed", mix_odds_bounds="fixed") \
+            + WhiteKernel(r.noise_variance_)
+
+    gpr = GaussianProcessRegressor(kernel_of(reg), alpha=0.0, optimizer=None,
+                                   normalize_y=True).fit(X, y)
+    assert gpr.log_marginal_likelihood_value_ == pytest.approx(
+        reg.log_marginal_likelihood_value_, rel=1e-10)
+    m1, s1 = reg.predict(Xt, return_std=True)
+    m2, s2 = gpr.predict(Xt, return_std=True)
+    np.testing.assert_allclose(m1, m2, rtol=1e-8)
+    np.testing.assert_allclose(s1, s2, rtol=1e-8)
+    start = fixed(approx="exact", input_scaling=None, sigma_b2=1.0, leaky_slope=0.5,
+                  weights=[0.5, 0.5])
+    gpr = GaussianProcessRegressor(kernel_of(start.fit(X, y)), alpha=0.0,
+                                   normalize_y=True).fit(X, y)
+    assert gpr.log_marginal_likelihood_value_ == pytest.approx(
+        reg.log_marginal_likelihood_value_, abs=2e-3)
+    np.testing.assert_allclose(gpr.predict(Xt), m1, atol=2e-2 * np.std(y))
+
+
+def test_shapes_multioutput_and_sample_y():
+    X, y = toy(n=40, targets=2)
+    reg = fixed(n_anchors=10).fit(X, y)
+    mean, std = reg.predict(X[:6], return_std=True)
+    assert mean.shape == std.shape == (6, 2)
+    assert reg.predict(X[:6], return_cov=True)[1].shape == (6, 6, 2)
+    assert reg.sample_y(X[:6], n_samples=3).shape == (6, 2, 3)
+    reg1 = fixed(n_anchors=10).fit(X, y[:, 0])
+    draws = reg1.sample_y(X[:4], n_samples=4000, random_state=0)
+    m, s = reg1.predict(X[:4], return_std=True)
+    assert draws.shape == (4, 4000)
+    assert np.all(np.abs(draws.mean(1) - m) < 5 * s / np.sqrt(4000))
+    np.testing.assert_array_equal(draws, reg1.sample_y(X[:4], 4000, random_state=0))
+    with pytest.raises(RuntimeError):
+        reg1.predict(X, return_std=True, return_cov=True)
+    with pytest.raises(ValueError, match="n_samples"):
+        reg1.sample_y(X[:4], n_samples=0)
+
+
+def test_predict_dist_includes_noise():
+    X, y = toy(n=40)
+    reg = fixed(n_anchors=10).fit(X, y)
+    dist = reg.predict_dist(X[:5])
+    assert dist.dist.name == "norm"
+    np.testing.assert_allclose(dist.std(), reg.predict_std(X[:5]), rtol=1e-14)
+    latent = reg.set_params(include_noise=False).predict_std(X[:5])
+    np.testing.assert_allclose(dist.var() - latent**2,
+                               reg.noise_variance_ * reg._y_train_std[0] ** 2, rtol=1e-8)
+
+
+def test_pickle_batch_size_and_float32():
+    """Pickles predict identically; row blocks do not change predictions; float32 agrees
+    with float64 to ~1e-4 relative."""
+    X, y = toy(n=50)
+    reg = fixed(n_anchors=12, batch_size=3, random_state=0).fit(X, y)
+    again = pickle.loads(pickle.dumps(reg))
+    assert "_cache" not in again.__dict__
+    np.testing.assert_array_equal(again.predict(X), reg.predict(X))
+    assert again.log_marginal_likelihood(reg.theta_) == pytest.approx(
+        reg.log_marginal_likelihood_value_, rel=1e-12)
+    whole = fixed(n_anchors=12, random_state=0).fit(X, y)
+    np.testing.assert_allclose(reg.predict_std(X), whole.predict_std(X), rtol=1e-12)
+    r32 = fixed(n_anchors=12, dtype="float32", random_state=0).fit(X, y)
+    np.testing.assert_allclose(r32.predict(X), whole.predict(X), rtol=1e-4, atol=1e-4)
+
+
+def test_bad_input_errors():
+    X, y = toy(n=20)
+    bad = X.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        fixed().fit(bad, y)
+    with pytest.raises(ValueError, match="infinity"):
+        fixed().fit(X, np.r_[np.inf, y[1:]])
+    reg = fixed(n_anchors=5).fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        reg.predict(X[:, :2])
+    cases = [(dict(weights=[0.5, 0.6]), "weights"), (dict(activations=("swish",)), "swish"),
+             (dict(activations=("tanh", "tanh")), "repeat"),
+             (dict(priors={"sigma_x": (1, 1)}), "unknown"),
+             (dict(priors={"leaky_slope": (1, -1)}), "priors"),
+             (dict(anchors=np.zeros((3, 2))), "anchors has 2 features"),
+             (dict(anchors=np.full((3, 3), np.nan)), "anchors"),
+             (dict(optimizer="lbfgs", sigma_u2=1e5), "sigma_u2"),
+             (dict(leaky_slope_bounds=(0.1, 1.5)), "leaky_slope_bounds"),
+             (dict(n_anchors=0), "n_anchors"), (dict(approx="fitc"), "approx")]
+    for params, match in cases:
+        with pytest.raises(ValueError, match=match):
+            fixed(**params).fit(X, y)
+    with pytest.warns(UserWarning, match="not identifiable"):
+        fixed(activations=("relu", "leaky_relu"), weights=None).fit(X, y)
+    with pytest.raises(ValueError, match="theta"):
+        reg.log_marginal_likelihood(np.zeros(2))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            fixed(device="cuda").fit(X, y)
+
+
+def test_variance_clipping_is_reported(monkeypatch):
+    """Negative variances are clipped with a NumericalWarning (never silently beyond 1e-8)."""
+    X, y = toy(n=20)
+    reg = fixed(n_anchors=5, include_noise=False).fit(X, y)
+    reg._get_cache()["dual"]  # build the cache, then corrupt the noise-free variance
+    reg._cache["L"] = reg._cache["L"] * 0.5
+    with pytest.warns(NumericalWarning, match="clipped"):
+        _, std = reg.predict(X, return_std=True)
+    assert np.all(std >= 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_cuda_matches_cpu():
+    X, y = toy(n=40)
+    cpu = fixed(n_anchors=10).fit(X, y)
+    gpu = fixed(n_anchors=10, device="cuda").fit(X, y)
+    np.testing.assert_allclose(gpu.predict(X), cpu.predict(X), rtol=1e-8)
