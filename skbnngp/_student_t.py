@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 import numbers
 
 import numpy as np
@@ -13,9 +14,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
-from ._backend import (as_tensor, auto_batch_size, cho_inverse, cho_logdet, cho_solve,
-                       iter_slices, make_generator, minimize, solve_lower, stable_cholesky,
-                       to_float, to_numpy)
+from ._backend import (ExactGP, as_tensor, auto_batch_size, cho_solve, gp_predict,
+                       iter_slices, make_generator, minimize, stable_cholesky, to_float,
+                       to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
                     clip_variances, warn_convergence)
@@ -25,93 +26,31 @@ from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
                                     check_is_fitted, validate_data)
 
-#: Order of the hyperparameter vector (optimised as logarithms).
+#: Order of the hyperparameter vector (optimised as logarithms; ARD relevances follow).
 HYPERPARAMETERS = ("weight_variance", "bias_variance", "alpha", "prior_shape", "prior_scale")
-_VJP_BLOCK_ELEMENTS = 2**21  # rows x columns of one kernel block in the gradient pass
 
 
-class _Engine:
-    """Kernel, factorisation and log-marginal-likelihood gradient for one training set.
+def _unpack(raw):
+    """Log-hyperparameters -> the parameter dict of the backend's :class:`ExactGP`."""
+    p = torch.exp(raw)
+    return {"weight_variance": p[0], "bias_variance": p[1], "noise_variance": p[2],
+            "prior_shape": p[3], "prior_scale": p[4], "relevance": p[5:]}
 
-    ``X`` (n x d, already standardised) and ``Y`` (n x C) are tensors on the device.
-    """
 
-    def __init__(self, X, Y, *, depth, activation, alpha_mode, prior, ard=False):
-        self.X, self.Y = X, Y
-        self.depth, self.act, self.alpha_mode, self.prior = depth, activation, alpha_mode, prior
-        self.ard = ard
-        self.n, self.C = Y.shape
-        self.N = self.n * self.C
+def _nngp(depth, activation, ard, p, X1, X2=None, diag=False, ntk=False):
+    """``kernel(params, X1, X2, diag)`` for the backend: the NNGP kernel, with ARD scaling."""
+    if ard:  # first-layer weight variances sigma_w^2 r_i
+        scale = torch.sqrt(p["relevance"])
+        X1 = X1 * scale
+        X2 = None if X2 is None else X2 * scale
+    return nngp_kernel(X1, X2, depth=depth, weight_variance=p["weight_variance"],
+                       bias_variance=p["bias_variance"], activation=activation, diag=diag,
+                       return_ntk=ntk)
 
-    def scale(self, X, theta):
-        """Apply the ARD relevances ``r`` (first-layer weight variances ``sigma_w^2 r_i``)."""
-        return X * torch.exp(0.5 * theta[5:]) if self.ard else X
 
-    def kernel(self, X1, X2=None, wv=None, bv=None, *, diag=False, ntk=False):
-        return nngp_kernel(X1, X2, depth=self.depth, weight_variance=wv, bias_variance=bv,
-                           activation=self.act, diag=diag, return_ntk=ntk)
-
-    def factor(self, theta, *, warn=True, context="training kernel"):
-        """Cholesky of ``K_lambda`` and the sufficient statistics ``(q, logdet)``."""
-        p = torch.exp(theta)
-        with torch.no_grad():
-            K = self.kernel(self.scale(self.X, theta), None, p[0], p[1])
-            lam_eff = p[2] * (K.diagonal().mean() if self.alpha_mode == "relative" else 1.0)
-            K.diagonal().add_(lam_eff)
-            L, jitter = stable_cholesky(K, context=context, warn=warn)
-            del K
-            A = cho_solve(L, self.Y)
-            q = (self.Y * A).sum()
-            logdet = cho_logdet(L)
-        return {"L": L, "A": A, "q": q, "logdet": logdet, "lam_eff": lam_eff, "jitter": jitter}
-
-    def value_and_grad(self, theta, free):
-        """Log marginal likelihood and its gradient with respect to ``theta = log params``.
-
-        The adjoint ``G = dLML/dK_lambda = g_logdet K^{-1} - g_q A A^T`` is formed explicitly
-        (two scalars from autograd through the O(1) prior formula) and back-propagated through
-        the kernel construction alone, one row block at a time over the upper triangle.
-        Autograd's Cholesky backward is never used (spec 000 §6, STYLE §4).
-        """
-        f = self.factor(theta, warn=False)
-        q = f["q"].detach().requires_grad_(True)
-        logdet = f["logdet"].detach().requires_grad_(True)
-        th = theta.detach().clone().requires_grad_(True)
-        p = torch.exp(th)
-        lml = self.prior.log_marginal(q, logdet, self.N, self.C, p[3], p[4])
-        g_q, g_ld, g_th = torch.autograd.grad(lml, (q, logdet, th), allow_unused=True)
-        grad = torch.zeros_like(theta) if g_th is None else g_th.clone()
-        kern_free = free[0] or free[1] or any(free[5:])
-        if kern_free or free[2]:
-            G = cho_inverse(f["L"])
-            G.mul_(g_ld)
-            G.addmm_(f["A"], f["A"].T, alpha=-g_q)
-            trG = G.diagonal().sum()
-            grad[2] = grad[2] + trG * f["lam_eff"]
-            if kern_free:
-                if self.alpha_mode == "relative":  # lam_eff = alpha * mean(diag K)
-                    G.diagonal().add_(torch.exp(theta[2]) * trG / self.n)
-                g_kern = self._kernel_vjp(G, theta)
-                grad[:2] = grad[:2] + g_kern[:2]
-                grad[5:] = grad[5:] + g_kern[2:]
-        return lml.detach(), grad
-
-    def _kernel_vjp(self, G, theta):
-        """``d/d log(wv, bv[, r]) sum_ij G_ij K_ij`` using symmetry (upper block triangle)."""
-        tw = torch.cat([theta[:2], theta[5:]]).detach().clone().requires_grad_(True)
-        n = self.n
-        block = auto_batch_size(n, None, _VJP_BLOCK_ELEMENTS)
-        for sl in iter_slices(n, block):
-            wv, bv = torch.exp(tw[0]), torch.exp(tw[1])
-            scale = torch.exp(0.5 * tw[2:]) if self.ard else None
-            rows = self.X[sl] * scale if self.ard else self.X[sl]
-            s = (self.kernel(rows, None, wv, bv) * G[sl, sl]).sum()
-            if sl.stop < n:
-                cols = self.X[sl.stop:] * scale if self.ard else self.X[sl.stop:]
-                K_off = self.kernel(rows, cols, wv, bv)
-                s = s + 2.0 * (K_off * G[sl, sl.stop:]).sum()
-            s.backward()
-        return tw.grad
+def _prior_marginal(prior, q, logdet, N, C, p):
+    """The scale prior's log marginal likelihood (plugged into :class:`ExactGP`)."""
+    return prior.log_marginal(q, logdet, N, C, p["prior_shape"], p["prior_scale"])
 
 
 def _check_prior(prior):
@@ -441,8 +380,7 @@ prior_scale_bounds : pair of floats or "fixed"
         Xt = as_tensor(self._standardise_X(X), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         self._prior_obj = self._make_prior(kind, inference, gen, rng, device, dtype)
-        engine = _Engine(Xt, Yt, depth=self.depth, activation=self._activation,
-                         alpha_mode=self.alpha_mode, prior=self._prior_obj, ard=self.ard)
+        engine = self._make_gp(Xt, Yt)
         n_rel = X.shape[1] if self.ard else 0
         theta = torch.log(torch.tensor([float(getattr(self, h)) for h in HYPERPARAMETERS]
                                        + [1.0] * n_rel, device=device, dtype=dtype))
@@ -455,20 +393,20 @@ prior_scale_bounds : pair of floats or "fixed"
 
         fitted = to_numpy(torch.exp(theta)).tolist()
         optimised = self.optimizer is not None
-        self.hyperparameters_ = {h: (fitted[i] if optimised and free[i] else float(getattr(self, h)))
-                                 for i, h in enumerate(HYPERPARAMETERS)}
+        self.hyperparameters_ = {
+            h: (fitted[i] if optimised and free[i] else float(getattr(self, h)))
+            for i, h in enumerate(HYPERPARAMETERS)}
         self.relevance_ = np.asarray(fitted[5:]) if self.ard else np.ones(X.shape[1])
         self._engine, self._theta = engine, theta
         cache = self._factorise()
         f = cache["factor"]
         self.L_ = to_numpy(f["L"])
-        self.dual_coef_ = to_numpy(f["A"])
+        self.dual_coef_ = to_numpy(f["dual"])
         self.q_ = to_float(f["q"])
         p = torch.exp(theta)
-        self.log_marginal_likelihood_value_ = to_float(self._prior_obj.log_marginal(
-            f["q"], f["logdet"], engine.N, engine.C, p[3], p[4]))
-        self._posterior = self._prior_obj.posterior(f["q"], f["logdet"], engine.N, engine.C,
-                                                    p[3], p[4])
+        self.log_marginal_likelihood_value_ = -to_float(f["nll"])
+        N = engine.n * engine.C
+        self._posterior = self._prior_obj.posterior(f["q"], f["logdet"], N, engine.C, p[3], p[4])
         self.effective_sample_size_ = self._prior_obj.effective_sample_size
         post = self._posterior
         self.posterior_shape_ = post.params["shape"] if post.kind == "invgamma" else math.nan
@@ -489,9 +427,7 @@ prior_scale_bounds : pair of floats or "fixed"
         if self.subset_size is not None and n > self.subset_size:
             idx = torch.as_tensor(np.sort(rng.choice(n, self.subset_size, replace=False)),
                                   device=device)
-            sub = _Engine(engine.X[idx], engine.Y[idx], depth=self.depth,
-                          activation=self._activation, alpha_mode=self.alpha_mode,
-                          prior=engine.prior, ard=self.ard)
+            sub = engine.subset(idx)
             stages = [(sub, self.max_iter, self.n_restarts_optimizer),
                       (engine, self.refine_iter, 0)]
         theta = theta0.clone()
@@ -503,10 +439,11 @@ prior_scale_bounds : pair of floats or "fixed"
                 th = theta.clone()
                 th[free_idx] = x
                 try:
-                    lml, g = eng.value_and_grad(th, free)
+                    nll, g = eng.value_and_grad(th)
                 except NumericalError:
                     return torch.tensor(math.inf, dtype=dtype), torch.zeros_like(x)
-                return -lml / eng.N, -g[free_idx] / eng.N
+                N = eng.n * eng.C
+                return nll / N, g[free_idx] / N
 
             starts = [theta[free_idx]]
             for _ in range(restarts):
@@ -533,17 +470,22 @@ prior_scale_bounds : pair of floats or "fixed"
             theta[free_idx] = best.x
         return theta
 
+    def _make_gp(self, Xt, Yt):
+        kernel = partial(_nngp, self.depth, self._activation, self.ard)
+        return ExactGP(kernel, _unpack, Xt, Yt,
+                       marginal=partial(_prior_marginal, self._prior_obj),
+                       relative_noise=self.alpha_mode == "relative")
+
     def _factorise(self):
         """Final factorisation on the training set (and the NTK pieces for Thm 3.3)."""
         eng, theta = self._engine, self._theta
-        f = eng.factor(theta, warn=True, context=f"{type(self).__name__}: training kernel")
-        cache = {"factor": f, "X": eng.scale(eng.X, theta)}
+        f = eng.state(theta, warn=True, context=f"{type(self).__name__}: training kernel")
+        cache = {"factor": f, "p": _unpack(theta)}
         if self.predictive == "ntk_trained":
-            p = torch.exp(theta)
             with torch.no_grad():
-                K, T = eng.kernel(cache["X"], None, p[0], p[1], ntk=True)
+                K, T = eng.kernel(cache["p"], eng.X, ntk=True)
                 T = T.clone()
-                T.diagonal().add_(f["lam_eff"])
+                T.diagonal().add_(f["noise"])
                 LT, _ = stable_cholesky(T, context=f"{type(self).__name__}: training NTK")
             cache.update(K=K, LT=LT, AT=cho_solve(LT, eng.Y))
         return cache
@@ -554,8 +496,7 @@ prior_scale_bounds : pair of floats or "fixed"
         device, dtype = self.device_, self._dtype
         Xt = as_tensor(self._standardise_X(self.X_train_), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
-        self._engine = _Engine(Xt, Yt, depth=self.depth, activation=self._activation,
-                               alpha_mode=self.alpha_mode, prior=self._prior_obj, ard=self.ard)
+        self._engine = self._make_gp(Xt, Yt)
         self._theta = torch.log(torch.tensor(
             [self.hyperparameters_[h] for h in HYPERPARAMETERS]
             + (list(self.relevance_) if self.ard else []), device=device, dtype=dtype))
@@ -596,45 +537,34 @@ prior_scale_bounds : pair of floats or "fixed"
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
-        eng, f = self._engine, cache["factor"]
-        p = torch.exp(self._theta)
-        Xq = eng.scale(as_tensor(self._standardise_X(X), self.device_, self._dtype), self._theta)
-        Xtr = cache["X"]
-        ntk = self.predictive == "ntk_trained"
-        lam = f["lam_eff"] if self.include_noise else 0.0
+        eng, f, p = self._engine, cache["factor"], cache["p"]
+        Xq = as_tensor(self._standardise_X(X), self.device_, self._dtype)
+        lam = f["noise"] if self.include_noise else 0.0
+        if self.predictive != "ntk_trained":
+            mean, V = gp_predict(eng.kernel, p, f, Xq, full_cov=full_cov, noise=lam,
+                                 batch_size=self.batch_size)
+            return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
 
-        def block(Xb, cov):
+        def block(Xb, cov):  # Thm 3.3 (spec §2.5): mean and Theta' from the NTK
             with torch.no_grad():
-                if ntk:
-                    Ks, Ts = eng.kernel(Xb, Xtr, p[0], p[1], ntk=True)
-                    mean = Ts @ cache["AT"]
-                    B = cho_solve(cache["LT"], Ts.T)  # Theta_lambda^{-1} Theta_tr,*
-                    cross = Ks @ B
-                    KB = cache["K"] @ B
-                    if cov:
-                        V = eng.kernel(Xb, None, p[0], p[1]) + B.T @ KB - cross - cross.T
-                    else:
-                        V = (eng.kernel(Xb, None, p[0], p[1], diag=True)
-                             + (B * KB).sum(0) - 2 * cross.diagonal())
-                else:
-                    Ks = eng.kernel(Xb, Xtr, p[0], p[1])
-                    mean = Ks @ f["A"]
-                    v = solve_lower(f["L"], Ks.T)
-                    if cov:
-                        V = eng.kernel(Xb, None, p[0], p[1]) - v.T @ v
-                    else:
-                        V = eng.kernel(Xb, None, p[0], p[1], diag=True) - (v * v).sum(0)
+                Ks, Ts = eng.kernel(p, Xb, eng.X, ntk=True)
+                mean = Ts @ cache["AT"]
+                B = cho_solve(cache["LT"], Ts.T)  # Theta_lambda^{-1} Theta_tr,*
+                cross = Ks @ B
+                KB = cache["K"] @ B
                 if cov:
+                    V = eng.kernel(p, Xb) + B.T @ KB - cross - cross.T
                     V.diagonal().add_(lam)
                 else:
-                    V = V + lam
+                    V = (eng.kernel(p, Xb, diag=True) + (B * KB).sum(0)
+                         - 2 * cross.diagonal() + lam)
                 return mean, V
 
         if full_cov:
             mean, V = block(Xq, True)
         else:
-            bs = auto_batch_size(eng.n, self.batch_size)
-            parts = [block(Xq[sl], False) for sl in iter_slices(Xq.shape[0], bs)]
+            parts = [block(Xq[sl], False) for sl in iter_slices(
+                Xq.shape[0], auto_batch_size(eng.n, self.batch_size))]
             mean = torch.cat([m for m, _ in parts]) if parts else Xq.new_zeros((0, eng.C))
             V = torch.cat([v for _, v in parts]) if parts else Xq.new_zeros(0)
         return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
@@ -721,10 +651,10 @@ optional
                              f"({', '.join(HYPERPARAMETERS)}{', relevances' if self.ard else ''}).")
         self._get_cache()
         th = as_tensor(theta, self.device_, self._dtype)
-        lml, grad = self._engine.value_and_grad(th, [True] * size)
+        nll, grad = self._engine.value_and_grad(th)
         if eval_gradient:
-            return to_float(lml), to_numpy(grad)
-        return to_float(lml)
+            return -to_float(nll), -to_numpy(grad)
+        return -to_float(nll)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

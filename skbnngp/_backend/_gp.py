@@ -23,7 +23,7 @@ import torch
 from ._chunks import auto_batch_size, iter_slices
 from ._linalg import cho_solve, solve_lower, stable_cholesky
 
-__all__ = ["ExactGP", "NystromGP", "gp_predict"]
+__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 #: Kernel entries per row block: a closed-form kernel keeps about a dozen such temporaries.
@@ -40,66 +40,104 @@ def _gram(kernel, params, X1, X2, block_elements):
     return out
 
 
+def gaussian_log_marginal(q, logdet, N, C, params):
+    """``log N(Y; 0, K)`` from ``q = tr(Y^T K^-1 Y)`` and ``logdet = log|K|`` (``N = n C``)."""
+    return -0.5 * q - 0.5 * C * logdet - 0.5 * N * _LOG2PI
+
+
 class ExactGP:
     """Exact GP likelihood of ``Y`` (n x C) given inputs ``X`` (n x d) on one device.
 
+    The model is ``Y[:, c] ~ N(0, K + s I)`` with ``s = params["noise_variance"]`` (times
+    ``mean(diag K)`` when ``relative_noise``). ``marginal(q, logdet, N, C, params)`` maps the
+    sufficient statistics ``q = tr(Y^T (K + sI)^-1 Y)`` and ``logdet = log|K + sI|`` to the log
+    marginal likelihood; the default is the Gaussian one, and a scale mixture over the
+    amplitude (Student-t process, spec 000) plugs its own formula in here.
+
     ``state(raw)`` returns the factorisation used for prediction: ``{"basis": X, "L":
-    chol(K + s I), "LB": None, "dual": (K + s I)^-1 Y, "nll": ...}``.
+    chol(K + s I), "LB": None, "dual": (K + s I)^-1 Y, "nll", "q", "logdet", "noise"}``.
     """
 
-    def __init__(self, kernel, unpack, X, Y, *, block_elements=BLOCK_ELEMENTS):
+    def __init__(self, kernel, unpack, X, Y, *, marginal=None, relative_noise=False,
+                 block_elements=BLOCK_ELEMENTS):
         self.kernel, self.unpack, self.X, self.Y = kernel, unpack, X, Y
         self.n, self.C = Y.shape
+        self.marginal = gaussian_log_marginal if marginal is None else marginal
+        self.relative_noise = relative_noise
         self.block = block_elements
 
     def subset(self, idx):
         """The same model on the rows ``idx``."""
         return type(self)(self.kernel, self.unpack, self.X[idx], self.Y[idx],
+                          marginal=self.marginal, relative_noise=self.relative_noise,
                           block_elements=self.block)
 
-    def _factor(self, K, noise, warn=False, context="training kernel"):
+    def _factor(self, K, p, warn=False, context="training kernel"):
+        noise = p["noise_variance"].detach()
+        if self.relative_noise:
+            noise = noise * K.diagonal().mean()
         K.diagonal().add_(noise)
-        L, _ = stable_cholesky(K, context=context, warn=warn)
+        L, jitter = stable_cholesky(K, context=context, warn=warn)
         A = cho_solve(L, self.Y)
-        nll = 0.5 * (self.Y * A).sum() + self.C * torch.log(L.diagonal()).sum()
-        return {"basis": self.X, "L": L, "LB": None, "dual": A,
-                "nll": nll + 0.5 * self.n * self.C * _LOG2PI}
+        q = (self.Y * A).sum()
+        logdet = 2.0 * torch.log(L.diagonal()).sum()
+        nll = -self.marginal(q, logdet, self.n * self.C, self.C, p)
+        return {"basis": self.X, "L": L, "LB": None, "dual": A, "nll": nll, "q": q,
+                "logdet": logdet, "noise": noise, "jitter": jitter}
 
     def state(self, raw, warn=False, context="training kernel"):
         p = self.unpack(raw)
         with torch.no_grad():
             K = _gram(self.kernel, p, self.X, self.X, self.block)
-            return self._factor(K, p["noise_variance"], warn, context)
+            return self._factor(K, p, warn, context)
 
     def value_and_grad(self, raw):
-        """NLL and ``dNLL/draw`` via the adjoint ``dNLL/dK = (C K^-1 - A A^T) / 2``.
+        """NLL and ``dNLL/draw`` through the explicit adjoint of ``K + s I``.
 
-        Small problems keep the kernel's graph (one kernel evaluation); larger ones recompute
-        the kernel in row blocks for the backward pass (bounded memory).
+        With ``g_q = dNLL/dq`` and ``g_l = dNLL/dlogdet`` (autograd through the O(1) marginal
+        formula), ``dNLL/dK = g_l K^-1 - g_q A A^T``; for the Gaussian this is
+        ``(C K^-1 - A A^T) / 2``. Autograd's Cholesky backward is never used. Small problems
+        keep the kernel's graph (one kernel evaluation); larger ones recompute the kernel in row
+        blocks over the upper block triangle (the kernel is symmetric), so memory stays bounded.
         """
         rl = raw.detach().clone().requires_grad_(True)
         keep = self.n * self.n <= KEEP_GRAPH_ELEMENTS
         if keep:
             p = self.unpack(rl)
-            K = self.kernel(p, self.X, self.X)
+            K = self.kernel(p, self.X)
             with torch.no_grad():
-                st = self._factor(K.detach().clone(), p["noise_variance"].detach())
+                st = self._factor(K.detach().clone(), p)
         else:
             st = self.state(raw)
+        q = st["q"].detach().requires_grad_(True)
+        logdet = st["logdet"].detach().requires_grad_(True)
+        nll = -self.marginal(q, logdet, self.n * self.C, self.C, self.unpack(rl))
+        g_q, g_l = torch.autograd.grad(nll, (q, logdet), retain_graph=True)
+        if nll.grad_fn is not None:
+            nll.backward()  # the marginal's own parameters (prior shape/scale)
         with torch.no_grad():
             G = torch.cholesky_inverse(st["L"])
-            G.mul_(0.5 * self.C).addmm_(st["dual"], st["dual"].T, alpha=-0.5)
+            G.mul_(g_l).addmm_(st["dual"], st["dual"].T, alpha=-g_q)
             trG = G.diagonal().sum()
+            mean_diag = None
+            if self.relative_noise:  # s = nu * mean(diag K) also depends on K
+                mean_diag = st["noise"] / self.unpack(raw)["noise_variance"]
+                G.diagonal().add_(self.unpack(raw)["noise_variance"] * trG / self.n)
+        noise_term = self.unpack(rl)["noise_variance"] * trG
+        (noise_term * mean_diag if mean_diag is not None else noise_term).backward()
         if keep:
-            ((K * G).sum() + p["noise_variance"] * trG).backward()
+            (K * G).sum().backward()
         else:
             for sl in iter_slices(self.n, auto_batch_size(self.n, None, self.block)):
                 p = self.unpack(rl)
-                s = (self.kernel(p, self.X[sl], self.X) * G[sl]).sum()
-                if sl.start == 0:
-                    s = s + p["noise_variance"] * trG
-                s.backward()
-        return st["nll"], rl.grad
+                s = (self.kernel(p, self.X[sl]) * G[sl, sl]).sum()
+                if sl.stop < self.n:
+                    s = s + 2.0 * (self.kernel(p, self.X[sl], self.X[sl.stop:])
+                                   * G[sl, sl.stop:]).sum()
+                if s.grad_fn is not None:
+                    s.backward()
+        grad = rl.grad if rl.grad is not None else torch.zeros_like(rl)
+        return st["nll"].detach(), grad
 
 
 class NystromGP(ExactGP):
