@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from ._backend import resolve_device, resolve_dtype
+from ._backend import minimize, resolve_device, resolve_dtype
 from .exceptions import DeviceWarning, NumericalWarning
 from .utils._sklearn_compat import Interval, StrOptions
 
@@ -173,3 +173,69 @@ class GPRegressorMixin(PredictDistMixin):
             return y_mean, (std[:, 0] if self._y_1d else std)
         cov = V[:, :, None] * factor
         return y_mean, (cov[:, :, 0] if self._y_1d else cov)
+
+
+def fit_hyperparameters(estimator, engine, raw, free, bounds, rng, *, method, max_iter, tol,
+                        learning_rate, subset_size=None, refine_iter=0, restarts=0,
+                        penalty=None, n_iter_no_change=20):
+    """Minimise a GP's per-datum negative log marginal likelihood over ``raw[free]``.
+
+    The objective is ``engine.value_and_grad(raw)`` (plus ``penalty(raw) -> (value, grad)``,
+    e.g. a log hyperprior) divided by ``n * n_targets``. When the engine has more than
+    ``subset_size`` rows, the first stage runs on a random subset (``engine.subset``) and a
+    second stage refines on all rows for ``refine_iter`` iterations. ``restarts`` extra starts,
+    drawn uniformly inside ``bounds`` (in the optimised coordinates), are tried in the first
+    stage. Sets ``n_iter_``, ``loss_curve_`` and ``converged_`` (of the first stage, which warns
+    with ``ConvergenceWarning``) on ``estimator`` and returns the new ``raw``.
+    """
+    from .exceptions import NumericalError
+
+    estimator.n_iter_, estimator.converged_, estimator.loss_curve_ = 0, True, []
+    if not free:
+        return raw
+    stages = [(engine, max_iter, restarts)]
+    if subset_size is not None and engine.n > subset_size:
+        idx = np.sort(rng.choice(engine.n, subset_size, replace=False))
+        stages = [(engine.subset(torch.as_tensor(idx, device=raw.device)), max_iter, restarts),
+                  (engine, refine_iter, 0)]
+    for stage, (eng, iters, n_restarts) in enumerate(stages):
+        if iters == 0:
+            continue
+        N = eng.n * eng.C
+
+        def fun(x, eng=eng, N=N):
+            th = raw.clone()
+            th[free] = x
+            try:
+                nll, g = eng.value_and_grad(th)
+            except NumericalError:
+                return torch.tensor(float("inf"), dtype=x.dtype), torch.zeros_like(x)
+            if penalty is not None:
+                pv, pg = penalty(th)
+                nll, g = nll + pv, g + pg
+            return nll / N, g[free] / N
+
+        starts = [raw[free]]
+        for _ in range(n_restarts):
+            u = torch.as_tensor(rng.uniform(size=len(free)), device=raw.device, dtype=raw.dtype)
+            starts.append(bounds[0] + u * (bounds[1] - bounds[0]))
+        best = None
+        for x0 in starts:
+            res = minimize(fun, x0, bounds=bounds, method=method, max_iter=iters, tol=tol,
+                           learning_rate=learning_rate, n_iter_no_change=n_iter_no_change,
+                           verbose=estimator.verbose,
+                           label=f"{type(estimator).__name__} stage {stage + 1}")
+            estimator.n_iter_ += res.n_iter
+            estimator.loss_curve_.extend(res.loss_curve)
+            if best is None or res.fun < best.fun:
+                best = res
+        if not np.isfinite(best.fun):
+            raise NumericalError(
+                f"{type(estimator).__name__}: the objective could not be evaluated at any "
+                "starting point; check the inputs or increase the noise parameter.")
+        if stage == 0:
+            estimator.converged_ = best.converged
+            warn_convergence(estimator, best)
+        raw = raw.clone()
+        raw[free] = best.x
+    return raw

@@ -15,12 +15,11 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.utils import check_array, check_random_state
 
-from ._backend import (ExactGP, NystromGP, as_tensor, gp_predict, iter_slices, minimize,
+from ._backend import (ExactGP, NystromGP, as_tensor, gp_predict, iter_slices,
                        stable_cholesky, to_float, to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, warn_convergence)
-from .exceptions import NumericalError
+                    clip_variances, fit_hyperparameters)
 from .kernels import PAPER_ACTIVATIONS, Activation, mixed_activation_kernel
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -506,53 +505,23 @@ default=("tanh", "leaky_relu")
             tr = math.log if key in VARIANCES else _logit
             lo.append(tr(b[0]))
             hi.append(tr(b[1]))
-        if not free:
-            return raw
         dev, dt = raw.device, raw.dtype
         box = None if paper else (torch.tensor(lo, dtype=dt, device=dev),
                                   torch.tensor(hi, dtype=dt, device=dev))
-        method = "adam" if paper else self.optimizer
+
+        def penalty(th):  # the hyperpriors of the MAP objective (spec 001 §1.7)
+            rl = th.detach().requires_grad_(True)
+            pr = layout.prior(rl, priors)
+            grad = torch.autograd.grad(pr, rl)[0] if pr.requires_grad else torch.zeros_like(th)
+            return pr.detach(), grad
+
         max_iter = 50 if paper else self.max_iter
-        stages = [(engine, max_iter)]
-        n = engine.n
-        if not paper and self.subset_size is not None and n > self.subset_size:
-            sub = np.sort(rng.choice(n, self.subset_size, replace=False))
-            stages = [(engine.subset(torch.as_tensor(sub, device=dev)), max_iter),
-                      (engine, self.refine_iter)]
-        for stage, (eng, iters) in enumerate(stages):
-            if iters == 0:
-                continue
-            N = eng.n * eng.C
-
-            def fun(x, eng=eng, N=N):
-                th = raw.clone()
-                th[free] = x
-                try:
-                    nll, g = eng.value_and_grad(th)
-                except NumericalError:
-                    return torch.tensor(math.inf, dtype=dt), torch.zeros_like(x)
-                rl = th.detach().requires_grad_(True)
-                pr = layout.prior(rl, priors)
-                gp = torch.autograd.grad(pr, rl)[0] if pr.requires_grad else torch.zeros_like(th)
-                return (nll + pr.detach()) / N, (g + gp)[free] / N
-
-            res = minimize(fun, raw[free], bounds=box, method=method, max_iter=iters,
-                           tol=0.0 if paper else self.tol,
-                           learning_rate=1e-3 if paper else self.learning_rate,
-                           n_iter_no_change=iters + 1 if paper else 20, verbose=self.verbose,
-                           label=f"{type(self).__name__} stage {stage + 1}")
-            if not math.isfinite(res.fun):
-                raise NumericalError(f"{type(self).__name__}: the objective could not be "
-                                     "evaluated at the initial hyperparameters; check the "
-                                     "inputs or raise noise_variance.")
-            self.n_iter_ += res.n_iter
-            self.loss_curve_.extend(res.loss_curve)
-            if stage == 0:
-                self.converged_ = res.converged
-                warn_convergence(self, res)
-            raw = raw.clone()
-            raw[free] = res.x
-        return raw
+        return fit_hyperparameters(
+            self, engine, raw, free, box, rng, method="adam" if paper else self.optimizer,
+            max_iter=max_iter, tol=0.0 if paper else self.tol,
+            learning_rate=1e-3 if paper else self.learning_rate,
+            subset_size=None if paper else self.subset_size, refine_iter=self.refine_iter,
+            penalty=penalty, n_iter_no_change=max_iter + 1 if paper else 20)
 
     def _set_fitted(self, raw, st, priors):
         layout = self._layout

@@ -15,13 +15,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
 from ._backend import (ExactGP, as_tensor, auto_batch_size, cho_solve, gp_predict,
-                       iter_slices, make_generator, minimize, stable_cholesky, to_float,
+                       iter_slices, make_generator, stable_cholesky, to_float,
                        to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, warn_convergence)
+                    clip_variances, fit_hyperparameters)
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
-from .exceptions import NumericalError
 from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
                                     check_is_fitted, validate_data)
@@ -387,10 +386,16 @@ prior_scale_bounds : pair of floats or "fixed"
         free = [b != "fixed" and h in self._prior_obj.uses + HYPERPARAMETERS[:3]
                 for h, b in zip(HYPERPARAMETERS, bounds)] + [bounds[5] != "fixed"] * n_rel
         bounds = bounds[:5] + [bounds[5]] * n_rel
+        free_idx = [i for i, f in enumerate(free) if f]
         self.n_iter_, self.converged_, self.loss_curve_ = 0, True, []
-        if self.optimizer is not None and any(free):
-            theta = self._optimise(engine, theta, free, bounds, rng, device, dtype)
-
+        if self.optimizer is not None and free_idx:
+            box = tuple(torch.log(torch.tensor([bounds[i][j] for i in free_idx], device=device,
+                                               dtype=dtype)) for j in (0, 1))
+            theta = fit_hyperparameters(
+                self, engine, theta, free_idx, box, rng, method=self.optimizer,
+                max_iter=self.max_iter, tol=self.tol, learning_rate=self.learning_rate,
+                subset_size=self.subset_size, refine_iter=self.refine_iter,
+                restarts=self.n_restarts_optimizer)
         fitted = to_numpy(torch.exp(theta)).tolist()
         optimised = self.optimizer is not None
         self.hyperparameters_ = {
@@ -416,59 +421,6 @@ prior_scale_bounds : pair of floats or "fixed"
                     else (math.inf if mix.kind == "delta" else math.nan))
         self._cache = cache
         return self
-
-    def _optimise(self, engine, theta0, free, bounds, rng, device, dtype):
-        """Maximise the log marginal likelihood (subset warm start, restarts)."""
-        free_idx = [i for i, f in enumerate(free) if f]
-        lo = torch.log(torch.tensor([bounds[i][0] for i in free_idx], device=device, dtype=dtype))
-        hi = torch.log(torch.tensor([bounds[i][1] for i in free_idx], device=device, dtype=dtype))
-        n = engine.n
-        stages = [(engine, self.max_iter, self.n_restarts_optimizer)]
-        if self.subset_size is not None and n > self.subset_size:
-            idx = torch.as_tensor(np.sort(rng.choice(n, self.subset_size, replace=False)),
-                                  device=device)
-            sub = engine.subset(idx)
-            stages = [(sub, self.max_iter, self.n_restarts_optimizer),
-                      (engine, self.refine_iter, 0)]
-        theta = theta0.clone()
-        for stage, (eng, max_iter, restarts) in enumerate(stages):
-            if max_iter == 0:
-                continue
-
-            def fun(x, eng=eng):
-                th = theta.clone()
-                th[free_idx] = x
-                try:
-                    nll, g = eng.value_and_grad(th)
-                except NumericalError:
-                    return torch.tensor(math.inf, dtype=dtype), torch.zeros_like(x)
-                N = eng.n * eng.C
-                return nll / N, g[free_idx] / N
-
-            starts = [theta[free_idx]]
-            for _ in range(restarts):
-                u = torch.as_tensor(rng.uniform(size=len(free_idx)), device=device, dtype=dtype)
-                starts.append(lo + u * (hi - lo))
-            best = None
-            for x0 in starts:
-                res = minimize(fun, x0, bounds=(lo, hi), method=self.optimizer,
-                               max_iter=max_iter, tol=self.tol,
-                               learning_rate=self.learning_rate, verbose=self.verbose,
-                               label=f"{type(self).__name__} stage {stage + 1}")
-                self.n_iter_ += res.n_iter
-                self.loss_curve_.extend(res.loss_curve)
-                if best is None or res.fun < best.fun:
-                    best = res
-            if not math.isfinite(best.fun):
-                raise NumericalError(
-                    f"{type(self).__name__}: the log marginal likelihood could not be evaluated "
-                    "at any starting point; increase alpha or check the inputs.")
-            if stage == 0:
-                self.converged_ = best.converged
-                warn_convergence(self, best)
-            theta = theta.clone()
-            theta[free_idx] = best.x
-        return theta
 
     def _make_gp(self, Xt, Yt):
         kernel = partial(_nngp, self.depth, self._activation, self.ard)
