@@ -101,7 +101,8 @@ class InvGammaPrior:
                 - 0.5 * C * logdet - (a + 0.5 * N) * torch.log1p(0.5 * q / b))
 
     def posterior(self, q, logdet, N, C, a, b):
-        return Mixing("invgamma", shape=to_float(a) + 0.5 * N, scale=to_float(b) + 0.5 * to_float(q))
+        return Mixing("invgamma", shape=to_float(a) + 0.5 * N,
+                      scale=to_float(b) + 0.5 * to_float(q))
 
     def prior(self, a, b):
         return Mixing("invgamma", shape=a, scale=b)
