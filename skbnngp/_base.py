@@ -203,8 +203,8 @@ def fit_hyperparameters(estimator, engine, raw, free, bounds, rng, *, method, ma
             continue
         N = eng.n * eng.C
 
-        def fun(x, eng=eng, N=N):
-            th = raw.clone()
+        def fun(x, eng=eng, N=N, base=raw):
+            th = base.clone()
             th[free] = x
             try:
                 nll, g = eng.value_and_grad(th)
