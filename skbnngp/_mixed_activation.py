@@ -190,9 +190,9 @@ default=("tanh", "leaky_relu")
     theta_ : ndarray
         The raw vector ``[log sigma_b2, log sigma_v2, log sigma_u2, log sigma_a2,
         log noise_variance, logit leaky_slope (if any), mixture logits]``.
-    anchors_ : ndarray of shape (n_anchors_, n_features) or None
+    anchors_ : ndarray of shape (n_anchors, n_features) or None
         Anchor inputs in the original feature space (None for ``approx="exact"``).
-    anchor_indices_ : ndarray of shape (n_anchors_,) or None
+    anchor_indices_ : ndarray of shape (n_anchors,) or None
         Training rows used as anchors (None for centroids, user anchors or exact).
     n_anchors_ : int
     L_, LB_, dual_coef_ : ndarray
@@ -634,7 +634,7 @@ n_targets), optional
 
         Parameters
         ----------
-        theta : array-like of shape (len(theta_),), default=None
+        theta : array-like of shape (n_hyperparameters,), default=None
             Raw hyperparameters in the layout of ``theta_``; ``None`` returns the fitted
             value.
         eval_gradient : bool, default=False
@@ -643,7 +643,7 @@ n_targets), optional
         Returns
         -------
         log_likelihood : float
-        log_likelihood_gradient : ndarray of shape (len(theta_),), optional
+        log_likelihood_gradient : ndarray of shape (n_hyperparameters,), optional
         """
         check_is_fitted(self)
         if theta is None:
