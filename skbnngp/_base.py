@@ -9,7 +9,10 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from ._backend import minimize, resolve_device, resolve_dtype
+from sklearn.utils import check_random_state
+
+from ._backend import (as_tensor, minimize, resolve_device, resolve_dtype, stable_cholesky,
+                       to_numpy)
 from .exceptions import DeviceWarning, NumericalWarning
 from .utils._sklearn_compat import Interval, StrOptions
 
@@ -159,6 +162,41 @@ class GPRegressorMixin(PredictDistMixin):
 
     def _variance_multiplier(self):
         return 1.0
+
+    def _sample_scales(self, n_samples, rng):
+        """Amplitude of each joint draw (1 for a Gaussian process; a scale mixture draws s)."""
+        return np.ones(n_samples)
+
+    def sample_y(self, X, n_samples=1, random_state=0):
+        """Draw joint samples from the predictive at ``X`` (noise included by default).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+            Number of joint draws.
+        random_state : int, RandomState instance or None, default=0
+            Seeds the draws (as in sklearn's ``GaussianProcessRegressor.sample_y``).
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets,
+            n_samples)
+        """
+        if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) \
+                or n_samples < 1:
+            raise ValueError(f"n_samples must be an integer >= 1, got {n_samples!r}.")
+        rng = check_random_state(random_state)
+        mean, V = self._latent(X, full_cov=True)
+        Lv, _ = stable_cholesky(as_tensor(V, self.device_, self._dtype),
+                                context=f"{type(self).__name__}: predictive covariance")
+        m, C = mean.shape
+        s = self._sample_scales(n_samples, rng)
+        z = as_tensor(rng.standard_normal((m, C * n_samples)), self.device_, self._dtype)
+        draws = to_numpy(Lv @ z).reshape(m, C, n_samples) * np.sqrt(s)[None, None, :]
+        out = (mean[:, :, None] + draws) * self._y_train_std[None, :, None] \
+            + self._y_train_mean[None, :, None]
+        return out[:, 0, :] if self._y_1d else out
 
     def _predict_moments(self, X, return_std=False, return_cov=False):
         if return_std and return_cov:

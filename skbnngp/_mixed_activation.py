@@ -16,7 +16,7 @@ from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.utils import check_array, check_random_state
 
 from ._backend import (ExactGP, NystromGP, as_tensor, gp_predict, iter_slices,
-                       stable_cholesky, to_float, to_numpy)
+                       to_float, to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
                     clip_variances, fit_hyperparameters)
@@ -598,34 +598,6 @@ n_targets), optional
         """
         mean, std = self.predict(X, return_std=True)
         return stats.norm(loc=mean, scale=std)
-
-    def sample_y(self, X, n_samples=1, random_state=0):
-        """Draw joint samples from the predictive at ``X`` (noise included by default).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples_X, n_features)
-        n_samples : int, default=1
-        random_state : int, RandomState instance or None, default=0
-
-        Returns
-        -------
-        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets,
-            n_samples)
-        """
-        if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) \
-                or n_samples < 1:
-            raise ValueError(f"n_samples must be an integer >= 1, got {n_samples!r}.")
-        rng = check_random_state(random_state)
-        mean, V = self._latent(X, full_cov=True)
-        Lv, _ = stable_cholesky(as_tensor(V, self.device_, self._dtype),
-                                context=f"{type(self).__name__}: predictive covariance")
-        m, C = mean.shape
-        z = as_tensor(rng.standard_normal((m, C * n_samples)), self.device_, self._dtype)
-        draws = to_numpy(Lv @ z).reshape(m, C, n_samples)
-        out = (mean[:, :, None] + draws) * self._y_train_std[None, :, None] \
-            + self._y_train_mean[None, :, None]
-        return out[:, 0, :] if self._y_1d else out
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """Log marginal likelihood of the normalised training targets (no prior terms).

@@ -524,6 +524,10 @@ prior_scale_bounds : pair of floats or "fixed"
     def _variance_multiplier(self):
         return self._mixing().mean()
 
+    def _sample_scales(self, n_samples, rng):
+        # each joint draw has its own amplitude s from the posterior (or prior) mixing
+        return self._mixing().sample(n_samples, rng)
+
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally its standard deviation or covariance.
 
@@ -557,27 +561,6 @@ optional
         loc = self._unscale(mean)
         var = V[:, None] * self._y_train_std**2
         return self._mixing().predictive(loc, var[:, 0] if self._y_1d else var)
-
-    def sample_y(self, X, n_samples=1, random_state=0):
-        """Draw joint samples of the predictive at ``X``.
-
-        Returns
-        -------
-        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets,
-            n_samples)
-        """
-        rng = check_random_state(random_state)
-        mean, V = self._latent(X, full_cov=True)
-        device, dtype = self.device_, self._dtype
-        Lv, _ = stable_cholesky(as_tensor(V, device, dtype),
-                                context=f"{type(self).__name__}: predictive covariance")
-        m, C = mean.shape
-        s = self._mixing().sample(n_samples, rng)
-        z = as_tensor(rng.standard_normal((m, C * n_samples)), device, dtype)
-        draws = to_numpy(Lv @ z).reshape(m, C, n_samples) * np.sqrt(s)[None, None, :]
-        out = (mean[:, :, None] + draws) * self._y_train_std[None, :, None] \
-            + self._y_train_mean[None, :, None]
-        return out[:, 0, :] if self._y_1d else out
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """Log marginal likelihood of the (normalised) training targets.

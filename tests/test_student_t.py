@@ -208,6 +208,9 @@ def test_sample_y_moments():
     assert np.mean(s) == pytest.approx(mean[0], abs=4 * std[0] / np.sqrt(40000) * 2)
     np.testing.assert_array_equal(reg.sample_y(X_TE, 3, random_state=2),
                                   reg.sample_y(X_TE, 3, random_state=2))
+    for bad in (0, -1, 2.5, "a"):
+        with pytest.raises(ValueError, match="n_samples must be an integer"):
+            reg.sample_y(X_TE, n_samples=bad)
 
 
 # ----------------------------------------------------------------------------- other priors
