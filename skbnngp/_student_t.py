@@ -103,7 +103,9 @@ default="invgamma"
     inference : {"auto", "exact", "snis", "quadrature"}, default="auto"
         ``"exact"`` for the closed-form priors; ``"snis"`` (importance sampling with the prior
         as proposal, the paper's algorithm) or ``"quadrature"`` for the others. ``"auto"``:
-        exact when available, else SNIS.
+        exact when available, else SNIS. With a user scipy prior, quadrature evaluates its
+        ``logpdf`` on the host on an 801-node grid at every optimiser step (cost independent
+        of n).
     n_samples : int, default=1000
         Importance samples drawn from the prior.
     predictive : {"posterior", "readout_trained", "ntk_trained"}, default="posterior"
