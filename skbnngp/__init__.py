@@ -6,6 +6,7 @@ NumPy arrays go in and come out.
 
 __version__ = "0.1.0.dev0"
 
+from ._dbk import DBKRegressor  # noqa: E402
 from ._mixed_activation import MixedActivationGPRegressor  # noqa: E402
 from ._student_t import StudentTProcessClassifier, StudentTProcessRegressor  # noqa: E402
 
@@ -13,6 +14,7 @@ __all__ = [
     "StudentTProcessRegressor",
     "StudentTProcessClassifier",
     "MixedActivationGPRegressor",
+    "DBKRegressor",
     "__version__",
 ]
 

@@ -2,11 +2,13 @@
 
 Device/dtype resolution and NumPy<->torch conversion (:mod:`._device`), stable Cholesky and
 low-rank solves (:mod:`._linalg`), chunked evaluation (:mod:`._chunks`), the optimisation loop
-(:mod:`._optim`), seeding (:mod:`._random`) and exact/Nystrom GP likelihoods with adjoint
-gradients (:mod:`._gp`). Every estimator uses these; extend them rather than writing a second
+(:mod:`._optim`), seeding (:mod:`._random`), exact/Nystrom GP likelihoods with adjoint
+gradients (:mod:`._gp`), Bayesian linear regression on features (:mod:`._blr`) and the
+network-training loop with the MLP builder (:mod:`._train`). Every estimator uses these; extend them rather than writing a second
 one.
 """
 
+from ._blr import BLRPosterior, blr_log_evidence, blr_posterior, blr_stats
 from ._chunks import auto_batch_size, chunked_apply, iter_slices
 from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state, to_float,
                       to_numpy)
@@ -15,6 +17,8 @@ from ._linalg import (JITTER_LADDER, LowRankPlusDiag, cho_inverse, cho_logdet, c
                       solve_lower, stable_cholesky, woodbury_solve)
 from ._optim import OptimResult, minimize
 from ._random import make_generator
+from ._train import (ACTIVATIONS, NetworkTrainer, TrainingDivergedError, TrainResult,
+                     build_mlp, last_linear)
 
 __all__ = [
     "auto_batch_size", "chunked_apply", "iter_slices",
@@ -23,4 +27,7 @@ __all__ = [
     "stable_cholesky", "woodbury_solve",
     "OptimResult", "minimize", "make_generator",
     "ExactGP", "NystromGP", "gp_predict",
+    "BLRPosterior", "blr_log_evidence", "blr_posterior", "blr_stats",
+    "ACTIVATIONS", "NetworkTrainer", "TrainingDivergedError", "TrainResult", "build_mlp",
+    "last_linear",
 ]

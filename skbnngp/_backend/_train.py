@@ -1,0 +1,395 @@
+"""The package's one network-training loop (DBK, Rich-BLL and FiD-GP use it).
+
+Two pieces:
+
+* :func:`build_mlp` makes a multilayer perceptron (plain or with residual blocks) whose
+  initial weights are drawn on the host from a seed, so the same seed gives the same network
+  on every device, and no global torch random state is touched.
+* :class:`NetworkTrainer` runs mini-batch (or full-batch) gradient steps on a loss
+  ``loss_fn(rows, epoch) -> 0-d tensor``. It shuffles with a seeded host permutation, uses
+  Adam/AdamW with weight decay on the chosen parameters only, optional gradient clipping and
+  a step learning-rate schedule, validates every ``validation_interval`` epochs with early
+  stopping that restores the best state, and stops with :class:`TrainingDivergedError` (and
+  the last finite state restored) when the loss becomes NaN or inf.
+
+The losses stay on the device: they are brought to the host only every few steps (at least
+``sync_steps`` gradient steps apart, and at each validation), never once per step. The
+trainer knows nothing of scikit-learn; it returns a :class:`TrainResult` and the estimator
+raises ``ConvergenceWarning`` itself.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..exceptions import NumericalError
+from ._device import to_numpy
+
+#: Activations accepted by name.
+ACTIVATIONS = {
+    "tanh": torch.nn.Tanh,
+    "relu": torch.nn.ReLU,
+    "gelu": torch.nn.GELU,
+    "silu": torch.nn.SiLU,
+    "sigmoid": torch.nn.Sigmoid,
+    "leaky_relu": torch.nn.LeakyReLU,
+}
+
+
+class TrainingDivergedError(NumericalError):
+    """The training loss became NaN or inf; the trainer restored the last finite state."""
+
+
+# ============================================================================ networks
+class _Residual(torch.nn.Module):
+    """``h -> h + act(W h + b)`` (one residual block of constant width)."""
+
+    def __init__(self, width, activation, device):
+        super().__init__()
+        self.linear = torch.nn.Linear(width, width, device=device)
+        self.act = ACTIVATIONS[activation]()
+
+    def forward(self, h):
+        return h + self.act(self.linear(h))
+
+
+def _init_linear_(module: torch.nn.Module, seed: int, dtype, device):
+    """Give every ``nn.Linear`` PyTorch's default initialisation, drawn on the host.
+
+    PyTorch's default (Kaiming-uniform with ``a = sqrt(5)``) is ``U(-1/sqrt(fan_in),
+    1/sqrt(fan_in))`` for both the weight and the bias; it is reproduced here with a local
+    CPU generator, so the values do not depend on the device or on global random state.
+    """
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(int(seed))
+    with torch.no_grad():
+        for layer in module.modules():
+            if isinstance(layer, torch.nn.Linear):
+                bound = 1.0 / math.sqrt(max(1, layer.in_features))
+                for p in (layer.weight, layer.bias):
+                    if p is None:
+                        continue
+                    vals = (torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) \
+                        * bound
+                    p.copy_(vals.to(device=device, dtype=dtype))
+
+
+def build_mlp(n_in: int, hidden_layer_sizes, n_out: int, *, activation="tanh",
+              architecture="mlp", seed=0, device="cpu", dtype=torch.float64,
+              output_bias=True) -> torch.nn.Sequential:
+    """A multilayer perceptron ``n_in -> hidden... -> n_out`` with a linear output layer.
+
+    Parameters
+    ----------
+    n_in, n_out : int
+    hidden_layer_sizes : sequence of int
+        Widths of the hidden layers (may be empty: a linear model).
+    activation : str
+        One of :data:`ACTIVATIONS`.
+    architecture : {"mlp", "resnet"}
+        ``"resnet"``: an input layer ``act(W x + b)`` followed by ``len(hidden) - 1``
+        residual blocks ``h + act(W h + b)``; every hidden width must be equal.
+    seed : int
+        Seeds the initial weights (drawn on the host).
+    output_bias : bool
+        Whether the output layer has a bias.
+
+    Returns
+    -------
+    torch.nn.Sequential
+        Its last module is the output ``nn.Linear``.
+    """
+    hidden = [int(h) for h in hidden_layer_sizes]
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}.")
+    if architecture not in ("mlp", "resnet"):
+        raise ValueError(f"architecture must be 'mlp' or 'resnet', got {architecture!r}.")
+    # built on the meta device (no random draws), then materialised and initialised here
+    layers, width = [], n_in
+    if architecture == "resnet" and hidden:
+        if len(set(hidden)) != 1:
+            raise ValueError("architecture='resnet' needs hidden layers of equal width, got "
+                             f"hidden_layer_sizes={tuple(hidden)}.")
+        layers += [torch.nn.Linear(n_in, hidden[0], device="meta"), ACTIVATIONS[activation]()]
+        layers += [_Residual(hidden[0], activation, "meta") for _ in hidden[1:]]
+        width = hidden[0]
+    else:
+        for h in hidden:
+            layers += [torch.nn.Linear(width, h, device="meta"), ACTIVATIONS[activation]()]
+            width = h
+    layers.append(torch.nn.Linear(width, n_out, bias=output_bias, device="meta"))
+    net = torch.nn.Sequential(*layers).to_empty(device=device).to(dtype)
+    _init_linear_(net, seed, dtype, device)
+    return net
+
+
+def last_linear(module: torch.nn.Module):
+    """The last ``nn.Linear`` registered in ``module`` (None when there is none)."""
+    found = None
+    for layer in module.modules():
+        if isinstance(layer, torch.nn.Linear):
+            found = layer
+    return found
+
+
+# ============================================================================ training
+@dataclass
+class TrainResult:
+    """Outcome of :meth:`NetworkTrainer.fit`.
+
+    ``loss_curve`` holds the mean training loss of every epoch; ``validation_scores`` the
+    validation score (lower is better) at each check, taken after epoch
+    ``validation_epochs[i]``; ``best_epoch`` is the epoch whose state was kept (the last one
+    without validation).
+    """
+
+    n_epochs: int = 0
+    n_steps: int = 0
+    converged: bool = False
+    stopped_early: bool = False
+    message: str = ""
+    best_epoch: int = 0
+    best_score: float = math.inf
+    loss_curve: list = field(default_factory=list)
+    validation_scores: list = field(default_factory=list)
+    validation_epochs: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class NetworkTrainer:
+    """Gradient training of torch parameters on a per-batch loss.
+
+    Parameters
+    ----------
+    loss_fn : callable
+        ``loss_fn(rows, epoch) -> 0-d tensor``: the loss of the training rows ``rows`` (a
+        long tensor of indices on ``device``) at ``epoch`` (0-based; for schedules such as KL
+        annealing). It is minimised.
+    decay_params : list of tensors
+        Parameters that get ``weight_decay`` (the network weights).
+    other_params : list of tensors
+        Parameters without weight decay (noise, variational parameters ...).
+    modules : list of torch.nn.Module
+        Switched to ``train()`` for steps and ``eval()`` for validation; their buffers are
+        part of the saved state.
+    optimizer : {"adam", "adamw"}
+    learning_rate, weight_decay : float
+    grad_clip : float or None
+        Clip the gradient norm of all parameters to this value.
+    lr_milestones : sequence of int
+        Epochs after which the learning rate is multiplied by ``lr_gamma``.
+    device : torch.device
+    """
+
+    def __init__(self, loss_fn, decay_params, other_params=(), *, modules=(),
+                 optimizer="adam", learning_rate=1e-3, weight_decay=0.0, grad_clip=None,
+                 lr_milestones=(), lr_gamma=0.1, device="cpu"):
+        self.loss_fn = loss_fn
+        self.modules = list(modules)
+        self.params = [p for p in list(decay_params) + list(other_params) if p.requires_grad]
+        groups = [{"params": [p for p in decay_params if p.requires_grad],
+                   "weight_decay": float(weight_decay)},
+                  {"params": [p for p in other_params if p.requires_grad], "weight_decay": 0.0}]
+        groups = [g for g in groups if g["params"]]
+        if not groups:
+            raise ValueError("NetworkTrainer: there are no trainable parameters.")
+        if optimizer == "adam":
+            self.optimizer = torch.optim.Adam(groups, lr=learning_rate)
+        elif optimizer == "adamw":
+            self.optimizer = torch.optim.AdamW(groups, lr=learning_rate)
+        else:
+            raise ValueError(f"optimizer must be 'adam' or 'adamw', got {optimizer!r}.")
+        self.base_lr = float(learning_rate)
+        self.grad_clip = grad_clip
+        self.lr_milestones = sorted(int(m) for m in lr_milestones)
+        self.lr_gamma = float(lr_gamma)
+        self.device = torch.device(device)
+        self.epoch = 0  # epochs run so far (persists across calls, e.g. partial_fit)
+        self.n_steps = 0
+
+    # ------------------------------------------------------------------ state
+    def _tensors(self):
+        out = list(self.params)
+        for m in self.modules:
+            out += [b for b in m.buffers()]
+        return out
+
+    def snapshot(self):
+        """A device copy of every parameter and buffer (cheap: no host transfer)."""
+        return [t.detach().clone() for t in self._tensors()]
+
+    def restore(self, snap):
+        with torch.no_grad():
+            for t, s in zip(self._tensors(), snap):
+                t.copy_(s)
+
+    def _set_mode(self, training):
+        for m in self.modules:
+            m.train(training)
+
+    def _set_lr(self):
+        drops = sum(1 for m in self.lr_milestones if self.epoch >= m)
+        for g in self.optimizer.param_groups:
+            g["lr"] = self.base_lr * self.lr_gamma ** drops
+
+    # ------------------------------------------------------------------ steps
+    def run_epoch(self, n_rows, batch_size, rng):
+        """One pass of gradient steps over ``range(n_rows)`` in shuffled batches.
+
+        The permutation is drawn on the host from ``rng`` (a NumPy ``RandomState``) and sent
+        to the device once. Returns the epoch's mean loss as a 0-d device tensor (not
+        synchronised).
+        """
+        self._set_mode(True)
+        self._set_lr()
+        bs = n_rows if batch_size is None else max(1, min(int(batch_size), n_rows))
+        if bs >= n_rows:
+            order = torch.arange(n_rows, device=self.device)
+        else:
+            order = torch.as_tensor(rng.permutation(n_rows), device=self.device)
+        total = None
+        for start in range(0, n_rows, bs):
+            rows = order[start:start + bs]
+            loss = self.loss_fn(rows, self.epoch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+            self.optimizer.step()
+            self.n_steps += 1
+            part = loss.detach() * rows.shape[0]
+            total = part if total is None else total + part
+        self.epoch += 1
+        return total / n_rows
+
+    def fit(self, n_rows, *, batch_size=None, max_epochs=100, rng=None, validate=None,
+            validation_interval=10, n_iter_no_change=10, tol=1e-4, sync_steps=10,
+            verbose=0, label="network", print_fn=None):
+        """Train for at most ``max_epochs`` epochs over ``n_rows`` training rows.
+
+        Parameters
+        ----------
+        n_rows : int
+        batch_size : int or None
+            ``None``: full batch (one step per epoch).
+        max_epochs : int
+        rng : numpy.random.RandomState
+            Shuffles the rows.
+        validate : callable or None
+            ``validate() -> float`` (lower is better), called in eval mode every
+            ``validation_interval`` epochs. The best state is restored at the end, and
+            training stops when the score has not improved for ``n_iter_no_change`` epochs.
+            Without it, training stops when the mean training loss has not improved by
+            ``tol * max(1, |loss|)`` for ``n_iter_no_change`` epochs.
+        sync_steps : int
+            Minimum number of gradient steps between two reads of the losses on the host.
+        verbose : int
+            ``> 0``: a progress line at each validation (or every ``validation_interval``
+            epochs), or a progress bar when ``tqdm`` is installed and stderr is a terminal.
+
+        Returns
+        -------
+        TrainResult
+
+        Raises
+        ------
+        TrainingDivergedError
+            When a loss is NaN or inf; the parameters are then restored to the last state
+            whose losses were all finite.
+        """
+        rng = rng if rng is not None else np.random.RandomState(0)
+        print_fn = print_fn or (lambda msg: print(msg, flush=True))
+        res = TrainResult()
+        bs = n_rows if batch_size is None else max(1, min(int(batch_size), n_rows))
+        steps_per_epoch = math.ceil(n_rows / bs)
+        sync_every = max(1, math.ceil(sync_steps / steps_per_epoch))
+        interval = max(1, int(validation_interval))
+        patience = max(1, int(n_iter_no_change))
+        bar = _progress_bar(max_epochs, label) if verbose else None
+        t0 = time.perf_counter()
+        last_good = self.snapshot()
+        best_state = None
+        best_loss, since_best, pending, start_epoch = math.inf, 0, [], self.epoch
+        for k in range(1, max_epochs + 1):
+            pending.append(self.run_epoch(n_rows, bs, rng))
+            check_val = validate is not None and (k % interval == 0 or k == max_epochs)
+            if not (check_val or k % sync_every == 0 or k == max_epochs):
+                continue
+            losses = to_numpy(torch.stack(pending)).tolist()  # the only host read
+            pending = []
+            if not all(math.isfinite(v) for v in losses):
+                bad = k - len(losses) + next(i for i, v in enumerate(losses)
+                                             if not math.isfinite(v)) + 1
+                self.restore(last_good)
+                self._set_mode(False)
+                raise TrainingDivergedError(
+                    f"{label}: the training loss became non-finite at epoch "
+                    f"{start_epoch + bad}; the parameters were restored to their last finite "
+                    "state. Lower learning_rate, scale the inputs and targets, or raise the "
+                    "noise lower bound.")
+            res.loss_curve.extend(losses)
+            last_good = self.snapshot()
+            stop = False
+            if check_val:
+                self._set_mode(False)
+                with torch.no_grad():
+                    score = float(validate())
+                if not math.isfinite(score):
+                    score = math.inf
+                res.validation_scores.append(score)
+                res.validation_epochs.append(k)
+                if score < res.best_score:
+                    res.best_score, res.best_epoch = score, k
+                    best_state = last_good
+                stop = k - res.best_epoch >= patience
+            elif validate is None:
+                for v in losses:
+                    if v < best_loss - tol * max(1.0, abs(best_loss) if math.isfinite(best_loss)
+                                                 else 1.0):
+                        best_loss, since_best = v, 0
+                    else:
+                        since_best += 1
+                stop = since_best >= patience
+            if verbose:
+                msg = (f"[{label}] epoch {k:5d}  loss {losses[-1]: .5g}"
+                       + (f"  val {res.validation_scores[-1]: .5g}" if check_val else "")
+                       + f"  {(time.perf_counter() - t0) / k * 1e3:.1f} ms/epoch")
+                if bar is not None:
+                    bar.update(k - bar.n)
+                    bar.set_postfix_str(msg.split("] ", 1)[1])
+                elif check_val or validate is None and k % interval == 0:
+                    print_fn(msg)
+            if stop:
+                res.stopped_early = True
+                break
+        if bar is not None:
+            bar.close()
+        res.n_epochs = k
+        res.n_steps = self.n_steps
+        res.converged = res.stopped_early
+        if validate is not None and best_state is not None:
+            self.restore(best_state)
+        else:
+            res.best_epoch = k
+        self._set_mode(False)
+        res.message = (f"stopped after {k} epochs: no improvement for {patience} epochs"
+                       if res.stopped_early else f"reached max_iter={max_epochs} epochs")
+        res.seconds = time.perf_counter() - t0
+        return res
+
+
+def _progress_bar(total, label):
+    """A tqdm bar on an interactive stderr, else None (progress lines are printed)."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=label, unit="epoch", leave=False)
