@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -53,6 +54,23 @@ def warn_convergence(estimator, result, what="hyperparameter optimisation"):
             ConvergenceWarning,
             stacklevel=3,
         )
+
+
+@contextmanager
+def fit_transaction(estimator, rollback=None):
+    """Run a fit so that an exception (or ``KeyboardInterrupt``) leaves the estimator as it
+    was before: its attributes are restored from a shallow copy, and ``rollback()`` (if
+    given) undoes in-place changes such as training an existing network.
+    """
+    saved = dict(estimator.__dict__)
+    try:
+        yield
+    except BaseException:
+        if rollback is not None:
+            rollback()
+        estimator.__dict__.clear()
+        estimator.__dict__.update(saved)
+        raise
 
 
 class TorchEstimatorMixin:

@@ -14,18 +14,30 @@ from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
+from sklearn.utils.metaestimators import available_if
 
 from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, auto_batch_size,
                        blr_log_evidence, blr_posterior, blr_stats, build_mlp, chunked_apply,
                        to_float, to_numpy)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
-                    TorchEstimatorMixin, clip_variances)
+                    TorchEstimatorMixin, clip_variances, fit_transaction)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
 #: Paper defaults per inference mode: (max_iter, validation_interval, n_iter_no_change), in
 #: epochs (one epoch is one full-batch iteration for ``inference="exact"``).
 _SCHEDULE = {"exact": (10_000, 100, 2_000), "svi": (2_000, 10, 200)}
+
+
+def _svi_only(estimator):
+    """``partial_fit`` exists only for ``inference="svi"`` (so tools that probe for it, such
+    as scikit-learn's checks and dask-ml, see the truth)."""
+    if estimator.inference != "svi":
+        raise AttributeError(
+            f"{type(estimator).__name__}.partial_fit needs inference='svi' (mini-batch "
+            f"variational training); got inference={estimator.inference!r}. Use fit for "
+            "exact inference, or set inference='svi'.")
+    return True
 
 
 def _softplus_inv(v):
@@ -453,6 +465,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         -------
         self : object
         """
+        with fit_transaction(self):
+            return self._fit(X, y)
+
+    def _fit(self, X, y):
         max_iter, interval, patience = self._check_params()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
@@ -557,6 +573,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                 "state": None, "trainer": None, "data": None}
 
     # ================================================================== streaming
+    @available_if(_svi_only)
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y):
         """One pass of mini-batch ELBO steps over ``(X, y)`` (``inference="svi"`` only).
@@ -578,13 +595,28 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         -------
         self : object
         """
+        # a failed call must also undo in-place training of the existing network
+        net = self.__dict__.get("network_")
+        trainer = (self.__dict__.get("_cache") or {}).get("trainer")
+        tensors = (trainer._tensors() if trainer is not None else
+                   [] if net is None else list(net.parameters()) + list(net.buffers()))
+        snap = [t.detach().clone() for t in tensors]
+        opt = None if trainer is None else copy.deepcopy(trainer.optimizer.state_dict())
+
+        def rollback():
+            with torch.no_grad():
+                for t, v in zip(tensors, snap):
+                    t.copy_(v)
+            if opt is not None:
+                trainer.optimizer.load_state_dict(opt)
+
+        with fit_transaction(self, rollback):
+            return self._partial_fit(X, y)
+
+    def _partial_fit(self, X, y):
         name = type(self).__name__
         first = not hasattr(self, "network_")
         self._check_params()
-        if self.inference != "svi":
-            raise ValueError(f"{name}.partial_fit needs inference='svi' (mini-batch "
-                             f"variational training); got inference={self.inference!r}. "
-                             "Use fit for exact inference.")
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, reset=first,
                              dtype=np.float64)
         rng = check_random_state(self.random_state)

@@ -18,12 +18,22 @@ FAST = {
     "StudentTProcessRegressor": dict(max_iter=15, device="cpu"),
     "StudentTProcessClassifier": dict(max_iter=15, device="cpu"),
     "MixedActivationGPRegressor": dict(n_anchors=20, max_iter=15, device="cpu"),
+    "DBKRegressor": dict(n_basis=8, hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
+}
+
+
+#: Further configurations worth the whole check list (another inference mode ...).
+EXTRA = {
+    "DBKRegressor": [dict(FAST["DBKRegressor"], inference="svi", batch_size=16,
+                          learning_rate=1e-2)],
 }
 
 
 def _instances():
     for name, Est in all_estimators():
         yield Est(**FAST.get(name, {}))
+        for params in EXTRA.get(name, []):
+            yield Est(**params)
 
 
 def _expected_failed_checks(estimator):
