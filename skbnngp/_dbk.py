@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import numbers
 import warnings
@@ -14,7 +15,6 @@ from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.metaestimators import available_if
 
 from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, auto_batch_size,
                        blr_log_evidence, blr_posterior, blr_stats, build_mlp, chunked_apply,
@@ -29,15 +29,24 @@ from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is
 _SCHEDULE = {"exact": (10_000, 100, 2_000), "svi": (2_000, 10, 200)}
 
 
-def _svi_only(estimator):
-    """``partial_fit`` exists only for ``inference="svi"`` (so tools that probe for it, such
-    as scikit-learn's checks and dask-ml, see the truth)."""
-    if estimator.inference != "svi":
-        raise AttributeError(
-            f"{type(estimator).__name__}.partial_fit needs inference='svi' (mini-batch "
-            f"variational training); got inference={estimator.inference!r}. Use fit for "
-            "exact inference, or set inference='svi'.")
-    return True
+class _SviOnly:
+    """Method descriptor: ``partial_fit`` exists only for ``inference="svi"``, so tools that
+    probe for it (scikit-learn's checks, dask-ml) see the truth, and a call in exact mode
+    says why (sklearn's ``available_if`` would replace the message by a generic one)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.fn
+        if obj.inference != "svi":
+            raise AttributeError(
+                f"{type(obj).__name__}.partial_fit needs inference='svi' (mini-batch "
+                f"variational training); got inference={obj.inference!r}. Use fit for "
+                "exact inference, or set inference='svi'.")
+        return self.fn.__get__(obj, owner)
 
 
 def _softplus_inv(v):
@@ -573,7 +582,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                 "state": None, "trainer": None, "data": None}
 
     # ================================================================== streaming
-    @available_if(_svi_only)
+    @_SviOnly
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y):
         """One pass of mini-batch ELBO steps over ``(X, y)`` (``inference="svi"`` only).
