@@ -153,3 +153,13 @@ def test_make_heavy_tailed_is_repeatable_and_heavy_tailed():
     assert (yg - fg).std() == pytest.approx(0.5, rel=0.05)  # Gaussian noise, n = 5000
     with pytest.raises(ValueError, match="df"):
         make_heavy_tailed(df=0.0)
+
+
+def test_step_function_levels():
+    """The DBK paper's step function: levels 0.3, 0.9, -0.6, 0 (plus a 0.01 oscillation)."""
+    from skbnngp.datasets import make_step_1d, step_function_1d
+    levels = step_function_1d(np.array([-0.9, -0.3, 0.2, 0.7]))
+    np.testing.assert_allclose(levels, [0.3, 0.9, -0.6, 0.0], atol=0.0101)
+    X, y, f = make_step_1d(300, noise=0.1, random_state=0, return_latent=True)
+    assert X.shape == (300, 1) and np.all(np.abs(X) <= 1)
+    assert 0.08 < np.std(y - f) < 0.12

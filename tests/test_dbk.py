@@ -12,7 +12,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from scipy.special import expit
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.model_selection import cross_val_score
@@ -22,6 +21,7 @@ from sklearn.preprocessing import StandardScaler
 from skbnngp import DBKRegressor
 from skbnngp._backend import BLRPosterior, blr_log_evidence, blr_posterior, blr_stats
 from skbnngp._dbk import exact_objective, kl_to_prior, svi_objective, trace_penalty
+from skbnngp.datasets import make_step_1d, step_function_1d
 
 DT = torch.float64
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -38,13 +38,6 @@ def _phi(n=30, r=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(n, r, generator=g, dtype=DT),
             torch.randn(n, 1, generator=g, dtype=DT), g)
-
-
-def step_function(x):
-    """The paper's 1-D ground truth (§4.3)."""
-    s = expit
-    return (0.3 * (1 - s(200 * (x + 0.6))) + 0.9 * (s(200 * (x + 0.6)) - s(200 * x))
-            - 0.6 * (s(200 * x) - s(200 * (x - 0.4)))) + 0.01 * np.sin(50 * np.sin(10 * x))
 
 
 # ============================================================================ SVI (§2.2)
@@ -341,12 +334,29 @@ def test_multi_output_shares_features():
 def test_resnet_architecture_and_feature_scale():
     X, y = _data(n=60)
     for kw in (dict(architecture="resnet", hidden_layer_sizes=(16, 16)),
-               dict(feature_scale="inv_sqrt_n_basis")):
+               dict(feature_scale=1.0), dict(feature_scale=2.5)):
         reg = DBKRegressor(**dict(SMALL, **kw), random_state=0).fit(X, y)
         assert np.all(np.isfinite(reg.predict(X)))
     net = DBKRegressor(**dict(SMALL, architecture="resnet", hidden_layer_sizes=(16, 16)),
                        random_state=0).fit(X, y).network_
     assert sum(isinstance(m, torch.nn.Linear) for m in net.modules()) == 3
+
+
+def test_paper_preset_overrides_scale_rate_and_schedule():
+    X, y = _data(n=60)
+    reg = DBKRegressor(**dict(SMALL, max_iter=None), preset="paper", learning_rate=0.5,
+                       feature_scale=3.0, random_state=0)
+    assert reg._check_params() == (10_000, 100, 2_000) and reg._lr() == 1e-3
+    net = torch.nn.Linear(2, 8).double()
+    assert reg._feature_fn(net) is net
+    assert DBKRegressor()._check_params() == (2_000, 20, 200)
+    assert DBKRegressor(inference="svi")._check_params() == (2_000, 10, 200)
+    scaled = DBKRegressor(n_basis=16)._feature_fn(net)
+    x = torch.ones(1, 2, dtype=DT)
+    torch.testing.assert_close(scaled(x), net(x) / 4)
+    reg.set_params(max_iter=3)
+    assert reg._check_params()[0] == 10_000  # the preset wins, as documented
+    del X, y
 
 
 def test_verbose_prints_validation_lines(capsys):
@@ -489,19 +499,15 @@ def test_interrupted_fit_keeps_the_previous_model(monkeypatch):
 def test_step_function_accuracy_and_coverage():
     """§7.20/7.21 on the paper's 1-D step function (n = 500, noise variance 0.01): test
     RMSE against the truth < 0.1 and 95 % coverage in [0.85, 0.99]; with the correction
-    the learned noise stays above 0.25 x 0.01. A float32 network of half the paper's width,
-    the 1/sqrt(r) feature scale and learning rate 1e-2 keep the test within half a minute
-    on 2 cores (measured: RMSE 0.043, coverage 0.958, noise 0.0111)."""
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, 500)
-    y = step_function(x) + 0.1 * rng.normal(size=500)
+    the learned noise stays above 0.25 x 0.01. A float32 network of half the paper's width
+    with the default schedule keeps the test within half a minute on 2 cores."""
+    x, y = make_step_1d(500, random_state=0)
     xt = np.linspace(-1, 1, 1000)
-    yt = step_function(xt) + 0.1 * rng.normal(size=1000)
-    reg = DBKRegressor(n_basis=64, hidden_layer_sizes=(64, 64), learning_rate=1e-2,
-                       max_iter=2000, feature_scale="inv_sqrt_n_basis", dtype="float32",
-                       device="cpu", random_state=0).fit(x[:, None], y)
+    yt = step_function_1d(xt) + 0.1 * np.random.default_rng(1).normal(size=1000)
+    reg = DBKRegressor(n_basis=64, hidden_layer_sizes=(64, 64), dtype="float32",
+                       device="cpu", random_state=0).fit(x, y)
     mean, std = reg.predict(xt[:, None], return_std=True)
-    rmse = np.sqrt(np.mean((mean - step_function(xt)) ** 2))
+    rmse = np.sqrt(np.mean((mean - step_function_1d(xt)) ** 2))
     coverage = np.mean(np.abs(yt - mean) < 1.96 * std)
     assert rmse < 0.1
     assert 0.85 <= coverage <= 0.99

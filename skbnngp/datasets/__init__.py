@@ -32,6 +32,8 @@ __all__ = [
     "list_datasets",
     "make_gap_1d",
     "make_heavy_tailed",
+    "make_step_1d",
+    "step_function_1d",
 ]
 
 _EMBEDDED = ("auto_mpg", "concrete", "cpu_performance")
@@ -391,3 +393,51 @@ def make_heavy_tailed(n_samples=300, n_features=1, *, df=1.0, noise=0.8, length_
     eps = rng.standard_normal(n_samples) if np.isinf(df) else rng.standard_t(df, n_samples)
     y = f + noise * eps
     return (X, y, f) if return_latent else (X, y)
+
+
+def make_step_1d(n_samples=500, *, noise=0.1, random_state=None, return_latent=False):
+    """The 1-D step function of Zhu et al. (DBK paper, §4.1), with Gaussian noise.
+
+    ``f(x) = 0.3 (1 - s(200(x + 0.6))) + 0.9 (s(200(x + 0.6)) - s(200 x))
+    - 0.6 (s(200 x) - s(200(x - 0.4))) + 0.01 sin(50 sin(10 x))`` with ``s`` the logistic
+    sigmoid: smoothed steps between the levels 0.3, 0.9, -0.6 and 0 at x = -0.6, 0 and 0.4,
+    plus a small oscillation. ``x`` is uniform on [-1, 1] and ``y = f(x) + noise * eps``
+    (the paper: noise variance 0.01).
+
+    Parameters
+    ----------
+    n_samples : int, default=500
+    noise : float, default=0.1
+        Standard deviation of the Gaussian noise.
+    random_state : int, RandomState instance or None, default=None
+    return_latent : bool, default=False
+        Also return ``f(X)``.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, 1)
+    y : ndarray of shape (n_samples,)
+    f : ndarray of shape (n_samples,)
+        Only when ``return_latent`` is True.
+
+    Examples
+    --------
+    >>> from skbnngp.datasets import make_step_1d
+    >>> X, y, f = make_step_1d(4, noise=0.0, random_state=0, return_latent=True)
+    >>> X.shape, bool((y == f).all())
+    ((4, 1), True)
+    """
+    rng = check_random_state(random_state)
+    X = rng.uniform(-1.0, 1.0, size=(n_samples, 1))
+    f = step_function_1d(X[:, 0])
+    y = f + noise * rng.standard_normal(n_samples)
+    return (X, y, f) if return_latent else (X, y)
+
+
+def step_function_1d(x):
+    """The noise-free step function of :func:`make_step_1d` at ``x`` (any shape)."""
+    from scipy.special import expit as s
+
+    x = np.asarray(x, dtype=float)
+    return (0.3 * (1 - s(200 * (x + 0.6))) + 0.9 * (s(200 * (x + 0.6)) - s(200 * x))
+            - 0.6 * (s(200 * x) - s(200 * (x - 0.4)))) + 0.01 * np.sin(50 * np.sin(10 * x))

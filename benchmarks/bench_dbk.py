@@ -1,0 +1,315 @@
+"""Benchmark: DBKRegressor scaling, and accuracy/time against GPyTorch's SVGP and sklearn's GP.
+
+One run measures, each model in a fresh subprocess (peak resident memory above the baseline
+after imports):
+
+* ``scale``: seconds per SVI epoch (batch 256, d = 8, r = 64, MLP 128-128) and peak memory
+  for n = 10^4, 10^5, 10^6, with the log-log slopes; a 10^6-row SVI fit of 2 epochs (time,
+  memory); and spec 002 §7.17: one exact log-likelihood + backward pass for
+  n = 2k, 8k, 32k, 128k (r = 32, a 16-unit network), its slope against the dense Cholesky's 3.
+* ``peers``: at n = 10^5, ``DBKRegressor(inference="svi")`` against GPyTorch's SVGP (256
+  inducing points, ARD RBF, the maintained variational GP), and at n = 4,000
+  ``DBKRegressor()`` (exact) against sklearn's ``GaussianProcessRegressor`` (ARD RBF +
+  White), on the same synthetic data as ``bench_student_t.py``: test NLPD, RMSE, fit time.
+
+Usage::
+
+    python benchmarks/bench_dbk.py                 # everything (about 25 min on 2 cores)
+    python benchmarks/bench_dbk.py --parts scale
+    python benchmarks/bench_dbk.py --device cuda   # the same tables on a GPU
+
+Writes ``benchmarks/results/bench_dbk.{json,md}`` (``bench_dbk_cuda.*`` on CUDA). Goals
+(issue 8): epoch-time slope <= 1.1 and memory linear in n; at n = 10^5 DBK (svi) at least as
+good in NLPD as SVGP in less time; at n = 4,000 NLPD within 0.05 nats of sklearn's GP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE.parent))  # run from a checkout
+N_TEST = 2000
+D = 8
+#: The DBK configurations measured (the svi one is also used for the scale runs).
+DBK_EXACT = dict(feature_scale="inv_sqrt_n_basis", learning_rate=1e-2, max_iter=3000,
+                 validation_interval=25, n_iter_no_change=300)
+DBK_SVI = dict(inference="svi", feature_scale="inv_sqrt_n_basis", learning_rate=1e-3,
+               batch_size=256, max_iter=40, validation_interval=2, n_iter_no_change=8)
+
+
+def make_data(n, seed=0):
+    """d = 8 inputs, a smooth additive-plus-interaction signal, noise sd 0.2 (as in
+    ``bench_student_t.py``)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n + N_TEST, D))
+    f = (np.sin(1.5 * X[:, 0]) + 0.5 * np.cos(2 * X[:, 1]) + 0.5 * X[:, 2] * X[:, 3]
+         + 0.3 * X[:, 4] ** 2 - 0.4 * np.abs(X[:, 5]) + 0.2 * X[:, 6])
+    y = f + 0.2 * rng.normal(size=f.shape)
+    X = (X - X[:n].mean(0)) / X[:n].std(0)
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def nlpd(y, mean, std):
+    return float(np.mean(0.5 * np.log(2 * np.pi * std ** 2) + 0.5 * ((y - mean) / std) ** 2))
+
+
+# --------------------------------------------------------------------------- runs
+def run_epoch_time(n, device):
+    """Seconds per SVI epoch (median of 3 after one warm-up epoch) and peak memory."""
+    import torch  # noqa: F401
+    from skbnngp import DBKRegressor
+    X, y, _, _ = make_data(n)
+    base = peak_mb()
+    reg = DBKRegressor(n_basis=64, inference="svi", batch_size=256, early_stopping=False,
+                       device=device, random_state=0)
+    reg.partial_fit(X, y)  # warm-up epoch (initialises)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        reg.partial_fit(X, y)
+        times.append(time.perf_counter() - t0)
+    return dict(n=n, epoch_s=float(np.median(times)), peak_mb=peak_mb() - base)
+
+
+def run_million(device, epochs=2):
+    import warnings
+    from skbnngp import DBKRegressor
+    X, y, Xt, yt = make_data(1_000_000)
+    base = peak_mb()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = DBKRegressor(n_basis=64, inference="svi", batch_size=256, max_iter=epochs,
+                           early_stopping=False, device=device, random_state=0).fit(X, y)
+    fit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mean, std = reg.predict(Xt, return_std=True)
+    return dict(n=1_000_000, epochs=epochs, fit_s=fit_s, predict_s=time.perf_counter() - t0,
+                peak_mb=peak_mb() - base, nlpd=nlpd(yt, mean, std),
+                rmse=float(np.sqrt(np.mean((mean - yt) ** 2))))
+
+
+def run_loglik_time(n, device):
+    """Spec §7.17: one exact log-likelihood + backward pass, fixed r = 32, a tiny network."""
+    import torch
+    from skbnngp._backend import blr_log_evidence, build_mlp, resolve_device
+    dev = resolve_device(device)
+    net = build_mlp(D, (16,), 32, device=dev)
+    X = torch.randn(n, D, dtype=torch.float64, device=dev)
+    y = torch.randn(n, 1, dtype=torch.float64, device=dev)
+    times = []
+    for rep in range(6):
+        t0 = time.perf_counter()
+        loss = -blr_log_evidence(net(X), y, torch.tensor(0.1, dtype=torch.float64,
+                                                         device=dev))
+        loss.backward()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        if rep:
+            times.append(time.perf_counter() - t0)
+    return dict(n=n, seconds=float(np.median(times)))
+
+
+def run_dbk(n, device, exact):
+    import warnings
+    from skbnngp import DBKRegressor
+    X, y, Xt, yt = make_data(n)
+    base = peak_mb()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = DBKRegressor(device=device, random_state=0,
+                           **(DBK_EXACT if exact else DBK_SVI)).fit(X, y)
+    fit_s = time.perf_counter() - t0
+    mean, std = reg.predict(Xt, return_std=True)
+    return dict(model="DBK (exact)" if exact else "DBK (svi)", n=n, fit_s=fit_s,
+                nlpd=nlpd(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
+                peak_mb=peak_mb() - base, epochs=reg.n_iter_, best=reg.best_iteration_)
+
+
+def run_svgp(n, device, epochs=20, m=256):
+    """GPyTorch SVGP: 256 inducing points (k-means++ free: a random subset), ARD RBF,
+    Adam lr 0.01 on all parameters, batch 256, ``epochs`` epochs."""
+    import gpytorch
+    import torch
+    X, y, Xt, yt = make_data(n)
+    dev = torch.device(device if device != "auto" else
+                       ("cuda" if torch.cuda.is_available() else "cpu"))
+    base = peak_mb()
+    t0 = time.perf_counter()
+    g = torch.Generator().manual_seed(0)
+    Xtr = torch.as_tensor(X, device=dev)
+    ym, ys = y.mean(), y.std()
+    ytr = torch.as_tensor((y - ym) / ys, device=dev)
+    Z = Xtr[torch.randperm(n, generator=g)[:m].to(dev)].clone()
+
+    class SVGP(gpytorch.models.ApproximateGP):
+        def __init__(self):
+            dist = gpytorch.variational.CholeskyVariationalDistribution(m)
+            strat = gpytorch.variational.VariationalStrategy(self, Z, dist,
+                                                             learn_inducing_locations=True)
+            super().__init__(strat)
+            self.mean_module = gpytorch.means.ConstantMean()
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(ard_num_dims=D))
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
+                                                             self.covar_module(x))
+
+    model = SVGP().to(dev).double()
+    lik = gpytorch.likelihoods.GaussianLikelihood().to(dev).double()
+    mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=n)
+    opt = torch.optim.Adam(list(model.parameters()) + list(lik.parameters()), lr=0.01)
+    model.train(), lik.train()
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=g).to(dev)
+        for s in range(0, n, 256):
+            idx = perm[s:s + 256]
+            opt.zero_grad()
+            loss = -mll(model(Xtr[idx]), ytr[idx])
+            loss.backward()
+            opt.step()
+    fit_s = time.perf_counter() - t0
+    model.eval(), lik.eval()
+    with torch.no_grad(), gpytorch.settings.fast_pred_var():
+        pred = lik(model(torch.as_tensor(Xt, device=dev)))
+        mean = pred.mean.cpu().numpy() * ys + ym
+        std = pred.variance.sqrt().cpu().numpy() * ys
+    return dict(model="GPyTorch SVGP (256)", n=n, fit_s=fit_s, nlpd=nlpd(yt, mean, std),
+                rmse=float(np.sqrt(np.mean((mean - yt) ** 2))), peak_mb=peak_mb() - base,
+                epochs=epochs)
+
+
+def run_sklearn(n, device):
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+    X, y, Xt, yt = make_data(n)
+    base = peak_mb()
+    t0 = time.perf_counter()
+    k = ConstantKernel(1.0) * RBF(np.ones(D)) + WhiteKernel(1.0)
+    gpr = GaussianProcessRegressor(k, normalize_y=True, random_state=0).fit(X, y)
+    fit_s = time.perf_counter() - t0
+    mean, std = gpr.predict(Xt, return_std=True)
+    return dict(model="sklearn GPR (ARD RBF + White)", n=n, fit_s=fit_s,
+                nlpd=nlpd(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
+                peak_mb=peak_mb() - base)
+
+
+RUNNERS = {"epoch": run_epoch_time, "million": lambda n, dev: run_million(dev),
+           "loglik": run_loglik_time, "dbk_exact": lambda n, dev: run_dbk(n, dev, True),
+           "dbk_svi": lambda n, dev: run_dbk(n, dev, False), "svgp": run_svgp,
+           "sklearn": run_sklearn}
+
+
+def spawn(kind, n, device):
+    out = subprocess.run([sys.executable, __file__, "--child", kind, "--n", str(n),
+                          "--device", device], capture_output=True, text=True, check=False)
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def slope(ns, ts):
+    return float(np.polyfit(np.log(ns), np.log(ts), 1)[0])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", nargs="+", default=["scale", "peers"],
+                    choices=["scale", "peers"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--child")
+    ap.add_argument("--n", type=int, default=0)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(RUNNERS[args.child](args.n, args.device)))
+        return
+    import sklearn
+    import torch
+    report = {"date": time.strftime("%Y-%m-%d"), "device": args.device,
+              "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, "
+                         f"torch {torch.__version__}, scikit-learn {sklearn.__version__}",
+              "threads": torch.get_num_threads()}
+    if "scale" in args.parts:
+        ep = [spawn("epoch", n, args.device) for n in (10_000, 100_000, 1_000_000)]
+        print("epoch times", ep, flush=True)
+        ll = [spawn("loglik", n, args.device) for n in (2000, 8000, 32000, 128000)]
+        print("loglik", ll, flush=True)
+        report["epoch"] = ep
+        report["epoch_slope"] = slope([e["n"] for e in ep], [e["epoch_s"] for e in ep])
+        report["memory_slope"] = slope([e["n"] for e in ep],
+                                       [max(e["peak_mb"], 1.0) for e in ep])
+        report["loglik"] = ll
+        report["loglik_slope"] = slope([e["n"] for e in ll], [e["seconds"] for e in ll])
+        report["million"] = spawn("million", 0, args.device)
+        print("million", report["million"], flush=True)
+    if "peers" in args.parts:
+        peers = []
+        for kind, n in (("dbk_svi", 100_000), ("svgp", 100_000), ("dbk_exact", 4000),
+                        ("sklearn", 4000)):
+            peers.append(dict(spawn(kind, n, args.device), kind=kind))
+            print(peers[-1], flush=True)
+        report["peers"] = peers
+    RESULTS.mkdir(exist_ok=True)
+    stem = "bench_dbk" if args.device == "cpu" else f"bench_dbk_{args.device.split(':')[0]}"
+    old = {}
+    path = RESULTS / f"{stem}.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+    old.update(report)
+    path.write_text(json.dumps(old, indent=2))
+    (RESULTS / f"{stem}.md").write_text(markdown(old))
+    print(markdown(old))
+
+
+def markdown(r):
+    lines = [f"# DBKRegressor benchmark ({r['date']}, device {r['device']})", "",
+             f"Machine: {r['machine']}, {r['threads']} threads. Each model ran in its own "
+             "process; memory is the peak resident growth after imports.", ""]
+    if "epoch" in r:
+        lines += ["## Scale (SVI, batch 256, d = 8, r = 64, MLP 128-128)", "",
+                  "| n | s / epoch | peak MB |", "|---:|---:|---:|"]
+        lines += [f"| {e['n']:,} | {e.get('epoch_s', float('nan')):.2f} | "
+                  f"{e.get('peak_mb', float('nan')):.0f} |" for e in r["epoch"]]
+        lines += ["", f"Log-log slope of epoch time: **{r['epoch_slope']:.2f}** (goal <= 1.1); "
+                  f"of peak memory: {r['memory_slope']:.2f}.", "",
+                  "Spec 002 §7.17, one exact log-likelihood + backward pass (r = 32, 16 units):",
+                  "", "| n | seconds |", "|---:|---:|"]
+        lines += [f"| {e['n']:,} | {e.get('seconds', float('nan')):.4f} |" for e in r["loglik"]]
+        m = r["million"]
+        lines += ["", f"Slope **{r['loglik_slope']:.2f}** (goal < 1.3; a dense Cholesky: 3).",
+                  "", f"10^6 rows, SVI, {m.get('epochs')} epochs: fit {m.get('fit_s', 0):.0f} s, "
+                  f"predict 2,000 rows {m.get('predict_s', 0):.2f} s, peak "
+                  f"+{m.get('peak_mb', 0):.0f} MB, test NLPD {m.get('nlpd', 0):.3f}, "
+                  f"RMSE {m.get('rmse', 0):.3f}.", ""]
+    if "peers" in r:
+        lines += ["## Peers (same data, test set of 2,000 rows)", "",
+                  "| model | n | fit s | NLPD | RMSE | peak MB |", "|---|---:|---:|---:|---:|---:|"]
+        for p in r["peers"]:
+            if "error" in p:
+                lines.append(f"| {p['kind']} | | error: {p['error']} | | | |")
+                continue
+            lines.append(f"| {p['model']} | {p['n']:,} | {p['fit_s']:.1f} | {p['nlpd']:.3f} | "
+                         f"{p['rmse']:.3f} | {p['peak_mb']:.0f} |")
+        lines += ["", f"DBK (exact): `{DBK_EXACT}`; DBK (svi): `{DBK_SVI}`.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
