@@ -8,6 +8,7 @@ __version__ = "0.1.0.dev0"
 
 from ._dbk import DBKRegressor  # noqa: E402
 from ._mixed_activation import MixedActivationGPRegressor  # noqa: E402
+from ._rich_bll import RichBLLRegressor  # noqa: E402
 from ._student_t import StudentTProcessClassifier, StudentTProcessRegressor  # noqa: E402
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "StudentTProcessClassifier",
     "MixedActivationGPRegressor",
     "DBKRegressor",
+    "RichBLLRegressor",
     "__version__",
 ]
 

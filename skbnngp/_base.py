@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import numbers
 import warnings
 from contextlib import contextmanager
@@ -73,6 +74,35 @@ def fit_transaction(estimator, rollback=None):
         raise
 
 
+def user_network(estimator, factory_args, n_features, device, dtype):
+    """The estimator's ``network`` parameter as a module on ``device``/``dtype``, and its
+    output on a probe batch of two zero rows.
+
+    A module is deep-copied (``fit`` never changes a parameter); a callable is called with
+    ``factory_args``. Errors name the estimator and the parameter.
+    """
+    name = type(estimator).__name__
+    spec = estimator.network
+    if isinstance(spec, torch.nn.Module):
+        net = copy.deepcopy(spec)
+    else:
+        net = spec(*factory_args)
+        if not isinstance(net, torch.nn.Module):
+            raise TypeError(f"{name}: network{factory_args!r} must return a torch.nn.Module, "
+                            f"got {type(net).__name__}.")
+    net = net.to(device=device, dtype=dtype)
+    probe = torch.zeros(2, n_features, dtype=dtype, device=device)
+    try:
+        with torch.no_grad():
+            out = net.eval()(probe)
+    except Exception as exc:  # a foreign error from the user's module
+        raise ValueError(f"{name}: network failed on a (2, {n_features}) input: "
+                         f"{exc}") from exc
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"{name}: network must return a tensor, got {type(out).__name__}.")
+    return net, out
+
+
 class TorchEstimatorMixin:
     """Device handling, caches and pickling for estimators with a torch backend.
 
@@ -100,6 +130,10 @@ class TorchEstimatorMixin:
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_cache", None)
+        net = state.get("network_")  # a trained torch module always pickles on the CPU
+        if isinstance(net, torch.nn.Module) and any(
+                t.device.type != "cpu" for t in list(net.parameters()) + list(net.buffers())):
+            state["network_"] = copy.deepcopy(net).to("cpu")
         dev = state.get("device_")
         if isinstance(dev, torch.device):
             state["device_"] = str(dev)

@@ -20,7 +20,7 @@ from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, aut
                        blr_log_evidence, blr_posterior, blr_stats, build_mlp, chunked_apply,
                        to_float, to_numpy)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
-                    TorchEstimatorMixin, clip_variances, fit_transaction)
+                    TorchEstimatorMixin, clip_variances, fit_transaction, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -398,25 +398,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
             return build_mlp(n_features, self.hidden_layer_sizes, self.n_basis,
                              activation=self.activation, architecture=self.architecture,
                              seed=seed, device=device, dtype=dtype)
-        if isinstance(self.network, torch.nn.Module):
-            net = copy.deepcopy(self.network)
-        else:
-            net = self.network(n_features, self.n_basis)
-            if not isinstance(net, torch.nn.Module):
-                raise TypeError(f"{name}: network(n_features, n_basis) must return a "
-                                f"torch.nn.Module, got {type(net).__name__}.")
-        net = net.to(device=device, dtype=dtype)
-        probe = torch.zeros(2, n_features, dtype=dtype, device=device)
-        try:
-            with torch.no_grad():
-                out = net.eval()(probe)
-        except Exception as exc:  # a foreign error from the user's module
-            raise ValueError(f"{name}: network failed on a (2, {n_features}) input: "
-                             f"{exc}") from exc
-        if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] != self.n_basis:
-            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        net, out = user_network(self, (n_features, self.n_basis), n_features, device, dtype)
+        if out.ndim != 2 or out.shape[1] != self.n_basis:
             raise ValueError(f"{name}: network must map (batch, {n_features}) inputs to "
-                             f"(batch, n_basis={self.n_basis}) outputs; it returned {shape}.")
+                             f"(batch, n_basis={self.n_basis}) outputs; it returned {tuple(out.shape)}.")
         return net
 
     def _feature_fn(self, net):
@@ -814,14 +799,6 @@ n_targets), optional
         Yt = as_tensor((Y - self._y_train_mean) / self._y_train_std, dev, dt)
         with torch.no_grad():
             return to_float(blr_log_evidence(Phi, Yt, cache["s2"]))
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        net = state.get("network_")
-        if isinstance(net, torch.nn.Module) and any(
-                t.device.type != "cpu" for t in list(net.parameters()) + list(net.buffers())):
-            state["network_"] = copy.deepcopy(net).to("cpu")
-        return state
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -19,6 +19,7 @@ FAST = {
     "StudentTProcessClassifier": dict(max_iter=15, device="cpu"),
     "MixedActivationGPRegressor": dict(n_anchors=20, max_iter=15, device="cpu"),
     "DBKRegressor": dict(n_basis=8, hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
+    "RichBLLRegressor": dict(hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
 }
 
 
