@@ -44,8 +44,8 @@ D = 8
 #: The DBK configurations measured (the svi one is also used for the scale runs).
 DBK_EXACT = dict(feature_scale="inv_sqrt_n_basis", learning_rate=1e-2, max_iter=3000,
                  validation_interval=25, n_iter_no_change=300)
-DBK_SVI = dict(inference="svi", feature_scale="inv_sqrt_n_basis", learning_rate=1e-3,
-               batch_size=256, max_iter=40, validation_interval=2, n_iter_no_change=8)
+DBK_SVI = dict(inference="svi", batch_size=256, max_iter=40, validation_interval=2,
+               n_iter_no_change=8)
 
 
 def make_data(n, seed=0):
@@ -125,7 +125,7 @@ def run_loglik_time(n, device):
     return dict(n=n, seconds=float(np.median(times)))
 
 
-def run_dbk(n, device, exact):
+def run_dbk(n, device, exact, **extra):
     import warnings
     from skbnngp import DBKRegressor
     X, y, Xt, yt = make_data(n)
@@ -134,10 +134,13 @@ def run_dbk(n, device, exact):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         reg = DBKRegressor(device=device, random_state=0,
-                           **(DBK_EXACT if exact else DBK_SVI)).fit(X, y)
+                           **dict(DBK_EXACT if exact else DBK_SVI, **extra)).fit(X, y)
     fit_s = time.perf_counter() - t0
     mean, std = reg.predict(Xt, return_std=True)
-    return dict(model="DBK (exact)" if exact else "DBK (svi)", n=n, fit_s=fit_s,
+    label = "DBK (exact)" if exact else "DBK (svi)"
+    if extra:
+        label += " " + ", ".join(f"{k}={v}" for k, v in extra.items())
+    return dict(model=label, n=n, fit_s=fit_s,
                 nlpd=nlpd(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
                 peak_mb=peak_mb() - base, epochs=reg.n_iter_, best=reg.best_iteration_)
 
@@ -213,8 +216,15 @@ def run_sklearn(n, device):
 
 RUNNERS = {"epoch": run_epoch_time, "million": lambda n, dev: run_million(dev),
            "loglik": run_loglik_time, "dbk_exact": lambda n, dev: run_dbk(n, dev, True),
-           "dbk_svi": lambda n, dev: run_dbk(n, dev, False), "svgp": run_svgp,
+           "dbk_svi": lambda n, dev: run_dbk(n, dev, False),
+           "dbk_svi_corr": lambda n, dev: run_dbk(n, dev, False, variance_correction=True),
+           "svgp": run_svgp,
            "sklearn": run_sklearn}
+
+
+#: Peer runs and their training-set sizes.
+PEERS = {"dbk_svi": 100_000, "dbk_svi_corr": 100_000, "svgp": 100_000, "dbk_exact": 4000,
+         "sklearn": 4000}
 
 
 def spawn(kind, n, device):
@@ -234,6 +244,8 @@ def main():
     ap.add_argument("--parts", nargs="+", default=["scale", "peers"],
                     choices=["scale", "peers"])
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS),
+                    help="which peer runs to (re)do; others keep their saved results")
     ap.add_argument("--child")
     ap.add_argument("--n", type=int, default=0)
     args = ap.parse_args()
@@ -260,12 +272,14 @@ def main():
         report["million"] = spawn("million", 0, args.device)
         print("million", report["million"], flush=True)
     if "peers" in args.parts:
-        peers = []
-        for kind, n in (("dbk_svi", 100_000), ("svgp", 100_000), ("dbk_exact", 4000),
-                        ("sklearn", 4000)):
-            peers.append(dict(spawn(kind, n, args.device), kind=kind))
-            print(peers[-1], flush=True)
-        report["peers"] = peers
+        path = RESULTS / (("bench_dbk" if args.device == "cpu" else
+                           f"bench_dbk_{args.device.split(':')[0]}") + ".json")
+        saved = {p["kind"]: p for p in (json.loads(path.read_text()).get("peers", [])
+                                        if path.exists() else [])}
+        for kind in args.peers:
+            saved[kind] = dict(spawn(kind, PEERS[kind], args.device), kind=kind)
+            print(saved[kind], flush=True)
+        report["peers"] = [saved[k] for k in PEERS if k in saved]
     RESULTS.mkdir(exist_ok=True)
     stem = "bench_dbk" if args.device == "cpu" else f"bench_dbk_{args.device.split(':')[0]}"
     old = {}

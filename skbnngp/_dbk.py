@@ -152,10 +152,12 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         ``"exact"``: full-batch maximisation of the exact log marginal likelihood (paper
         eq. 5) and the exact posterior; ``"svi"``: mini-batch maximisation of the evidence
         lower bound (eq. 9) over the network, the noise and a Gaussian ``q(w)``.
-    variance_correction : bool, default=True
+    variance_correction : bool or "auto", default="auto"
         Subtract the trace regulariser ``tr(C)/(2 noise)`` in training (eq. 11) and add the
         diagonal correction ``max(0, M - |phi(x)|^2)`` at prediction (eq. 12). ``False`` is
-        the paper's "-c" ablation.
+        the paper's "-c" ablation. ``"auto"``: on for ``inference="exact"``, off for
+        ``"svi"``, where we measured that the mini-batch regulariser shrinks every feature
+        norm and inflates the noise (see Notes).
     batch_size : int, default=256
         Mini-batch size for ``inference="svi"`` (clipped to the number of rows).
     max_iter : int or None, default=None
@@ -269,6 +271,12 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     15 s against 3.137 in 265 s; the paper's step function, RMSE 0.043 and 95 % coverage
     0.958 after 2,000 iterations against 0.129 and 0.77 (0.107 and 0.94 after 6,000).
 
+    With ``inference="svi"`` the correction is off by default. Measured on 20,000 rows of a
+    smooth 8-D problem (noise sd 0.2, 40 epochs): with it, the largest feature norm ``M``
+    fell to 0.10 and the test NLPD was 0.214; without it, ``M = 7.5`` and NLPD -0.026 (the
+    paper's own Table 1 shows SVDBK and SVDBK-c within noise of each other). With exact
+    inference it is essential: on 4,000 rows, NLPD -0.052 with it against 0.319 without.
+
     References
     ----------
     Y. Zhu, H. S. Yuchi, Y. Xie. "Scalable Gaussian Processes with Low-Rank Deep Kernel
@@ -294,7 +302,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         "architecture": [StrOptions({"mlp", "resnet"})],
         "network": [torch.nn.Module, callable, None],
         "inference": [StrOptions({"exact", "svi"})],
-        "variance_correction": ["boolean"],
+        "variance_correction": ["boolean", StrOptions({"auto"})],
         "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -319,7 +327,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     }
 
     def __init__(self, *, n_basis=128, hidden_layer_sizes=(128, 128), activation="tanh",
-                 architecture="mlp", network=None, inference="exact", variance_correction=True,
+                 architecture="mlp", network=None, inference="exact", variance_correction="auto",
                  batch_size=256, max_iter=None, learning_rate=1e-2, weight_decay=1e-4,
                  noise_init=1e-2, noise_lower_bound=1e-6, early_stopping=True,
                  validation_fraction=0.125, validation_interval=None, n_iter_no_change=None,
@@ -375,6 +383,11 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         return (self.max_iter or max_iter, self.validation_interval or interval,
                 self.n_iter_no_change or patience)
 
+    def _correction(self):
+        if self.variance_correction == "auto":
+            return self.inference == "exact"
+        return bool(self.variance_correction)
+
     def _lr(self):
         return 1e-3 if self.preset == "paper" else self.learning_rate
 
@@ -419,7 +432,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         n, C = Y.shape
 
         def loss(rows, epoch):
-            J = exact_objective(feat(X), Y, state.noise(), self.variance_correction)
+            J = exact_objective(feat(X), Y, state.noise(), self._correction())
             return -J / (n * C)
         return loss
 
@@ -429,7 +442,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         def loss(rows, epoch):
             n, C = data["n"], data["Y"].shape[1]
             J = svi_objective(feat(data["X"][rows]), data["Y"][rows], state.m, state.L(),
-                              state.noise(), n, self.variance_correction)
+                              state.noise(), n, self._correction())
             return -J / (n * C)
         return loss
 
@@ -446,7 +459,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         """Weight posterior (eq. 6, or eq. 12 with the correction) and ``M``."""
         kappa = Phi.square().sum(1)
         M = kappa.max()
-        w = s2 / (s2 + (M - kappa)) if self.variance_correction else None
+        w = s2 / (s2 + (M - kappa)) if self._correction() else None
         G, B = blr_stats(Phi, Y, w)
         post = blr_posterior(G, B, s2, warn=warn,
                              context=f"{type(self).__name__}: Phi^T Phi + noise I")
@@ -455,7 +468,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     def _moments(self, post, Phi, s2, M, include_noise=True):
         """Normalised predictive mean (m x C) and variance (m,) at features ``Phi``."""
         mean, var = post.predict(Phi)
-        if self.variance_correction:
+        if self._correction():
             var = var + torch.clamp(M - Phi.square().sum(1), min=0.0)
         return mean, var + s2 if include_noise else var
 

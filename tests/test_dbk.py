@@ -356,6 +356,10 @@ def test_paper_preset_overrides_scale_rate_and_schedule():
     torch.testing.assert_close(scaled(x), net(x) / 4)
     reg.set_params(max_iter=3)
     assert reg._check_params()[0] == 10_000  # the preset wins, as documented
+    # variance_correction="auto": on for exact, off for svi; explicit values win
+    assert DBKRegressor()._correction() and not DBKRegressor(inference="svi")._correction()
+    assert DBKRegressor(inference="svi", variance_correction=True)._correction()
+    assert not DBKRegressor(variance_correction=False)._correction()
     del X, y
 
 
