@@ -343,7 +343,6 @@ def test_resnet_architecture_and_feature_scale():
 
 
 def test_paper_preset_overrides_scale_rate_and_schedule():
-    X, y = _data(n=60)
     reg = DBKRegressor(**dict(SMALL, max_iter=None), preset="paper", learning_rate=0.5,
                        feature_scale=3.0, random_state=0)
     assert reg._check_params() == (10_000, 100, 2_000) and reg._lr() == 1e-3
@@ -360,7 +359,6 @@ def test_paper_preset_overrides_scale_rate_and_schedule():
     assert DBKRegressor()._correction() and not DBKRegressor(inference="svi")._correction()
     assert DBKRegressor(inference="svi", variance_correction=True)._correction()
     assert not DBKRegressor(variance_correction=False)._correction()
-    del X, y
 
 
 def test_verbose_prints_validation_lines(capsys):

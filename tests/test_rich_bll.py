@@ -9,7 +9,7 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 from skbnngp import RichBLLRegressor
-from skbnngp._backend import blr_posterior
+from skbnngp._backend import build_mlp
 from skbnngp._backend._jacobian import (GaussianSketch, body_jacobians, head_features,
                                         split_parameters)
 from skbnngp._rich_bll import posterior_factor, projection_gram
@@ -44,7 +44,6 @@ def test_dominance_for_any_projection(seed):
     Phi_r, Phi_m, Ps, g = _features(seed)
     G = Phi_r.T @ Phi_r
     noise = 0.05 + float(torch.rand(1, generator=g))
-    bll = posterior_factor(G, None, noise)
     for AtA in (projection_gram(Phi_m.T @ Phi_r, G, 0.0),
                 projection_gram(Phi_m.T @ Phi_r, G, 1.0),
                 (lambda A: A.T @ A)(10 * torch.randn(7, 5, generator=g, dtype=DT))):
@@ -54,7 +53,6 @@ def test_dominance_for_any_projection(seed):
             assert bool((_var(rich, Ps) >= _var(bll_s, Ps) - 1e-10).all())
             diff = (Ps @ rich) @ (Ps @ rich).T - (Ps @ bll_s) @ (Ps @ bll_s).T
             assert float(torch.linalg.eigvalsh(diff).min()) >= -1e-9
-    del bll
 
 
 def test_formula_equivalence():
@@ -128,9 +126,7 @@ def test_random_projection_is_unbiased():
 def test_head_features_and_jacobians_match_autograd():
     """§8.8: phi_r = (last hidden activation, 1); the streamed per-sample Jacobians equal a
     loop of torch.autograd.grad, in any chunking."""
-    torch.manual_seed(0)  # local test network only
-    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
-    net = net.double()
+    net = build_mlp(3, (5,), 1, activation="tanh", seed=0)
     X = torch.randn(7, 3, dtype=DT)
     head, head_names, body = split_parameters(net)
     assert head is net[2] and head_names == ["2.weight", "2.bias"]
@@ -255,9 +251,7 @@ def test_posthoc_head_on_a_network_trained_elsewhere():
     """The post-hoc head: a user-trained module is used as is (not retrained, not
     modified), and gives mean = network output, std and predict_dist."""
     X, y = _data(n=80)
-    torch.manual_seed(0)  # local test network only
-    net = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.Tanh(),
-                              torch.nn.Linear(16, 1)).double()
+    net = build_mlp(2, (16,), 1, activation="tanh", seed=0)
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
     Xt, yt = torch.as_tensor(X), torch.as_tensor(y)[:, None]
     for _ in range(300):
