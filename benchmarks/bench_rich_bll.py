@@ -20,6 +20,13 @@ Usage::
     python benchmarks/bench_rich_bll.py --sklearn-from-dbk # reuse bench_dbk.json's sklearn
                                                            # row (same data, same model)
 
+laplace-torch 0.3 normally pulls torchvision, which has no CPU build beside torch 2.13 on
+this machine type; it runs when installed without dependencies::
+
+    pip install --no-deps laplace-torch==0.3 asdfghjkl==0.1a4 backpack-for-pytorch \
+        curvlinops-for-pytorch einops unfoldNd einconv opt-einsum torchmetrics \
+        lightning-utilities jaxtyping wadler-lindig
+
 Writes ``benchmarks/results/bench_rich_bll.{json,md}``. Goals (issue 9): Rich-BLL's NLPD at
 least as good as the BLL's and laplace-torch's; Rich-BLL at 40 % within 3x of the BLL's
 post-hoc time.

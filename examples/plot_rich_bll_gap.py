@@ -10,21 +10,41 @@ and folds them into its prior, so its variance is never below the BLL's and grow
 whole network, not only its last layer, is unsure (Calvo-Ordonez et al., Fig. 1). The exact
 NTK-GP of the same network is shown for reference.
 
-One network is trained once; the four posteriors are computed post hoc on it
-(``train_network=False``), which is also how a network trained elsewhere gets its
-uncertainty.
+The network here is trained by a plain PyTorch loop, outside the package, as any user's
+network would be; the four posteriors are then computed post hoc on it
+(``train_network=False``), without retraining it.
 """
 
 # %%
 import warnings
 
 import numpy as np
+import torch
 
 from skbnngp import RichBLLRegressor
 from skbnngp.datasets import make_gap_1d
 
 X, y = make_gap_1d(300, random_state=0)
-base = RichBLLRegressor(max_iter=1000, random_state=0).fit(X, y)
+
+# %%
+# A network trained outside the package: a 2 x 50 ReLU MLP, MSE, Adam, 3000 full-batch steps.
+gen = torch.Generator().manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(1, 50), torch.nn.ReLU(), torch.nn.Linear(50, 50),
+                          torch.nn.ReLU(), torch.nn.Linear(50, 1)).double()
+with torch.no_grad():
+    for p in net.parameters():
+        p.uniform_(-1, 1, generator=gen).mul_(1 / np.sqrt(p.shape[-1]))
+Xt, yt = torch.as_tensor(X), torch.as_tensor(y)[:, None]
+opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+for step in range(3000):
+    opt.zero_grad()
+    loss = (net(Xt) - yt).square().mean()
+    loss.backward()
+    opt.step()
+noise = float(loss.detach())  # the training MSE as the noise variance
+
+# %%
+# Post-hoc heads on that network (the inputs are fed as the network was trained).
 grid = np.linspace(-3, 3, 301)[:, None]
 in_gap = np.abs(grid[:, 0]) < 1
 
@@ -34,9 +54,8 @@ bands = {}
 for name, kw in methods.items():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # 120 rows is below 5 r for the subsample
-        head = RichBLLRegressor(network=base.network_, train_network=False,
-                                noise_variance=base.noise_variance_, random_state=0,
-                                **kw).fit(X, y)
+        head = RichBLLRegressor(network=net, train_network=False, scale_inputs=False,
+                                noise_variance=noise, random_state=0, **kw).fit(X, y)
     mean, std = head.predict(grid, return_std=True)
     bands[name] = (mean, std)
     print(f"{name:26s} mean predictive std in the gap {std[in_gap].mean():.3f}")
