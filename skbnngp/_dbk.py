@@ -633,6 +633,8 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                    [] if net is None else list(net.parameters()) + list(net.buffers()))
         snap = [t.detach().clone() for t in tensors]
         opt = None if trainer is None else copy.deepcopy(trainer.optimizer.state_dict())
+        data = (self.__dict__.get("_cache") or {}).get("data")
+        n_seen = None if data is None else data.get("n")
 
         def rollback():
             with torch.no_grad():
@@ -640,6 +642,9 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                     t.copy_(v)
             if opt is not None:
                 trainer.optimizer.load_state_dict(opt)
+            if data is not None:
+                data["n"] = n_seen
+                data.pop("X", None), data.pop("Y", None)
 
         with fit_transaction(self, rollback):
             return self._partial_fit(X, y)
@@ -651,6 +656,9 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, reset=first,
                              dtype=np.float64)
         rng = check_random_state(self.random_state)
+        if not first:  # a different (reproducible) shuffle at every call
+            rng = np.random.RandomState((rng.randint(np.iinfo(np.int32).max) + self.n_iter_)
+                                        % np.iinfo(np.int32).max)
         if first:
             device, dtype = self._resolve_runtime()
             seed = int(rng.randint(np.iinfo(np.int32).max))
@@ -689,7 +697,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         if not math.isfinite(loss):
             raise ValueError(f"{name}.partial_fit: the training loss became non-finite on "
                              "these rows; lower learning_rate or check the scale of X and y.")
-        self.loss_curve_.append(loss)
+        self.loss_curve_ = self.loss_curve_ + [loss]
         self.n_iter_ += 1
         self.n_samples_seen_ = data["n"]
         with torch.no_grad():

@@ -108,7 +108,8 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         How ``A^T A`` is formed: from the exact m x r cross-moment, or from a Gaussian
         sketch of the earlier-layer gradients to ``projection_dim`` dimensions (unbiased,
         for very many parameters). ``"auto"`` uses the exact route while m x r stays below
-        2^26 entries.
+        2^26 entries. The sketch is drawn on the device (a bulk Monte-Carlo draw), so the
+        same ``random_state`` gives a different (equally valid) sketch on CPU and CUDA.
     projection_dim : int or None, default=None
         Sketch dimension ``q``; ``None``: ``max(256, 4 r)``.
     noise_variance : "auto", "train" or float, default="auto"

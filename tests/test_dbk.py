@@ -404,10 +404,28 @@ def test_partial_fit_errors_and_rollback():
     reg = DBKRegressor(**dict(SMALL, inference="svi"), random_state=0).partial_fit(X, y)
     with pytest.raises(ValueError, match="features"):
         reg.partial_fit(X[:, :1], y)
-    before = reg.predict(X)
+    before, seen, curve = reg.predict(X), reg.n_samples_seen_, list(reg.loss_curve_)
     with pytest.raises(ValueError):
         reg.partial_fit(np.full_like(X, np.nan), y)
     np.testing.assert_array_equal(reg.predict(X), before)
+    # a failure in the middle of the pass (after some steps) is rolled back too
+    from skbnngp._backend import NetworkTrainer
+    real = NetworkTrainer.run_epoch
+
+    def fail_after_steps(self, *a, **k):
+        real(self, *a, **k)
+        raise KeyboardInterrupt
+
+    NetworkTrainer.run_epoch = fail_after_steps
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            reg.partial_fit(X, y)
+    finally:
+        NetworkTrainer.run_epoch = real
+    np.testing.assert_array_equal(reg.predict(X), before)
+    assert reg.n_samples_seen_ == seen and reg.loss_curve_ == curve
+    reg.partial_fit(X, y)
+    assert reg.n_samples_seen_ == seen + len(X)
 
 
 def test_dask_ml_incremental():
