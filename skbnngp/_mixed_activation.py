@@ -489,7 +489,8 @@ default=("tanh", "leaky_relu")
     def _make_engine(self, Xt, Yt, Zt):
         kernel, unpack = partial(_kernel, self._layout.acts), self._layout.unpack
         if Zt is None:
-            return ExactGP(kernel, unpack, Xt, Yt)
+            return ExactGP(kernel, unpack, Xt, Yt,
+                           context=f"{type(self).__name__}(approx='exact')")
         return NystromGP(kernel, unpack, Xt, Yt, Zt, jitter=self.jitter)
 
     def _optimise(self, engine, raw, bounds, priors, rng):

@@ -14,7 +14,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
-from ._backend import (ExactGP, as_tensor, auto_batch_size, cho_solve, gp_predict,
+from ._backend import (DEFAULT_BLOCK_ELEMENTS, ExactGP, as_tensor, auto_batch_size, cho_solve, gp_predict,
                        iter_slices, make_generator, stable_cholesky, to_float,
                        to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
@@ -428,7 +428,8 @@ prior_scale_bounds : pair of floats or "fixed"
         kernel = partial(_nngp, self.depth, self._activation, self.ard)
         return ExactGP(kernel, _unpack, Xt, Yt,
                        marginal=partial(_prior_marginal, self._prior_obj),
-                       relative_noise=self.alpha_mode == "relative")
+                       relative_noise=self.alpha_mode == "relative",
+                       context=type(self).__name__)
 
     def _factorise(self):
         """Final factorisation on the training set (and the NTK pieces for Thm 3.3)."""
@@ -518,7 +519,8 @@ prior_scale_bounds : pair of floats or "fixed"
             mean, V = block(Xq, True)
         else:
             parts = [block(Xq[sl], False) for sl in iter_slices(
-                Xq.shape[0], auto_batch_size(eng.n, self.batch_size))]
+                Xq.shape[0], auto_batch_size(eng.n, self.batch_size,
+                                             max(eng.block, DEFAULT_BLOCK_ELEMENTS)))]
             mean = torch.cat([m for m, _ in parts]) if parts else Xq.new_zeros((0, eng.C))
             V = torch.cat([v for _, v in parts]) if parts else Xq.new_zeros(0)
         return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)

@@ -9,7 +9,8 @@ one.
 """
 
 from ._blr import BLRPosterior, blr_log_evidence, blr_posterior, blr_stats
-from ._chunks import auto_batch_size, chunked_apply, iter_slices
+from ._chunks import (DEFAULT_BLOCK_ELEMENTS, MemoryBudgetError, auto_batch_size, available_bytes, block_elements,
+                      check_dense_fits, chunked_apply, iter_slices)
 from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state, to_float,
                       to_numpy)
 from ._gp import ExactGP, NystromGP, gp_predict
@@ -21,7 +22,8 @@ from ._train import (ACTIVATIONS, NetworkTrainer, TrainingDivergedError, TrainRe
                      build_mlp, last_linear)
 
 __all__ = [
-    "auto_batch_size", "chunked_apply", "iter_slices",
+    "auto_batch_size", "chunked_apply", "iter_slices", "block_elements", "available_bytes",
+    "check_dense_fits", "MemoryBudgetError", "DEFAULT_BLOCK_ELEMENTS",
     "as_tensor", "resolve_device", "resolve_dtype", "to_device_state", "to_float", "to_numpy",
     "JITTER_LADDER", "LowRankPlusDiag", "cho_inverse", "cho_logdet", "cho_solve", "solve_lower",
     "stable_cholesky", "woodbury_solve",

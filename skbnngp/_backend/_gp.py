@@ -20,17 +20,36 @@ import math
 
 import torch
 
-from ._chunks import auto_batch_size, iter_slices
+from ._chunks import (CPU_BLOCK_ELEMENTS, auto_batch_size, block_elements, check_dense_fits,
+                      iter_slices)
 from ._linalg import cho_solve, solve_lower, stable_cholesky
 
 __all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal"]
 
 _LOG2PI = math.log(2.0 * math.pi)
-#: Kernel entries per row block: a closed-form kernel keeps about a dozen such temporaries.
-BLOCK_ELEMENTS = 2**19
+#: Kernel entries per row block on the CPU (on CUDA, :func:`~._chunks.block_elements` scales
+#: the block with the free device memory).
+BLOCK_ELEMENTS = CPU_BLOCK_ELEMENTS
 #: Up to this many kernel entries, a gradient evaluation keeps the kernel's autograd graph
 #: (one kernel evaluation instead of two; memory about 30 x 8 bytes per entry).
 KEEP_GRAPH_ELEMENTS = 2**20
+
+
+def _block(X, block):
+    """``block`` or the device's block size for tensors like ``X``."""
+    return block if block is not None else block_elements(X.device,
+                                                          element_bytes=X.element_size())
+
+
+def _inverse_from_cholesky(L):
+    """``(L L^T)^-1``: LAPACK's ``cholesky_inverse`` on the CPU; on CUDA a triangular solve
+    and a matrix product, which run at matrix-multiply speed there (``cholesky_inverse`` ran
+    at half of it on an H100, issue 11)."""
+    if L.device.type != "cuda":
+        return torch.cholesky_inverse(L)
+    Li = torch.linalg.solve_triangular(L, torch.eye(L.shape[0], dtype=L.dtype,
+                                                    device=L.device), upper=False)
+    return Li.T @ Li
 
 
 def _gram(kernel, params, X1, X2, block_elements):
@@ -58,19 +77,27 @@ class ExactGP:
     chol(K + s I), "LB": None, "dual": (K + s I)^-1 Y, "nll", "q", "logdet", "noise"}``.
     """
 
+    #: Whether the strategy holds n x n matrices (checked against the device's memory).
+    dense = True
+
     def __init__(self, kernel, unpack, X, Y, *, marginal=None, relative_noise=False,
-                 block_elements=BLOCK_ELEMENTS):
+                 block_elements=None, context="exact GP"):
+        if self.dense:
+            check_dense_fits(Y.shape[0], X.device, X.element_size(), context=context,
+                             alternative="MixedActivationGPRegressor(approx='nystrom') or "
+                                         "DBKRegressor (both O(n) memory)")
+        self.context = context
         self.kernel, self.unpack, self.X, self.Y = kernel, unpack, X, Y
         self.n, self.C = Y.shape
         self.marginal = gaussian_log_marginal if marginal is None else marginal
         self.relative_noise = relative_noise
-        self.block = block_elements
+        self.block = _block(X, block_elements)
 
     def subset(self, idx):
         """The same model on the rows ``idx``."""
         return type(self)(self.kernel, self.unpack, self.X[idx], self.Y[idx],
                           marginal=self.marginal, relative_noise=self.relative_noise,
-                          block_elements=self.block)
+                          block_elements=self.block, context=self.context)
 
     def _factor(self, K, p, warn=False, context="training kernel"):
         noise = p["noise_variance"].detach()
@@ -116,7 +143,7 @@ class ExactGP:
         if nll.grad_fn is not None:
             nll.backward()  # the marginal's own parameters (prior shape/scale)
         with torch.no_grad():
-            G = torch.cholesky_inverse(st["L"])
+            G = _inverse_from_cholesky(st["L"])
             G.mul_(g_l).addmm_(st["dual"], st["dual"].T, alpha=-g_q)
             trG = G.diagonal().sum()
             mean_diag = None
@@ -148,11 +175,13 @@ class NystromGP(ExactGP):
     "nll": ...}`` with ``B = I + W / s`` and ``c = L_B^-1 v / s``.
     """
 
-    def __init__(self, kernel, unpack, X, Y, Z, *, jitter=1e-6, block_elements=BLOCK_ELEMENTS):
+    dense = False
+
+    def __init__(self, kernel, unpack, X, Y, Z, *, jitter=1e-6, block_elements=None):
         super().__init__(kernel, unpack, X, Y, block_elements=block_elements)
         self.Z, self.jitter = Z, jitter
         self.yy = (Y * Y).sum()
-        self.rows = auto_batch_size(Z.shape[0], None, block_elements)
+        self.rows = auto_batch_size(Z.shape[0], None, self.block)
 
     def subset(self, idx):
         return type(self)(self.kernel, self.unpack, self.X[idx], self.Y[idx], self.Z,
@@ -239,7 +268,7 @@ class NystromGP(ExactGP):
 
 
 def gp_predict(kernel, params, state, Xq, *, full_cov=False, noise=0.0, batch_size=None,
-               block_elements=BLOCK_ELEMENTS):
+               block_elements=None):
     """Predictive mean (q x C) and variance (q,) or covariance (q x q) from a ``state``.
 
     Exact: ``var = k** - |L^-1 k*|^2``. Nystrom (DTC, spec 001 §2.5): with
@@ -266,7 +295,7 @@ def gp_predict(kernel, params, state, Xq, *, full_cov=False, noise=0.0, batch_si
 
     if full_cov:
         return block(Xq, True)
-    rows = auto_batch_size(basis.shape[0], batch_size, block_elements)
+    rows = auto_batch_size(basis.shape[0], batch_size, _block(Xq, block_elements))
     parts = [block(Xq[sl], False) for sl in iter_slices(Xq.shape[0], rows)]
     if not parts:
         return Xq.new_zeros((0, dual.shape[1])), Xq.new_zeros(0)
