@@ -541,3 +541,30 @@ def test_classifier_binary_and_one_class():
     assert set(clf.predict(X)) <= {"hi", "lo"}
     with pytest.raises(ValueError, match="1 class"):
         StudentTProcessClassifier(device="cpu").fit(X, np.zeros(30))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+@pytest.mark.parametrize("kw", [dict(), dict(ard=True, max_iter=10)])
+def test_cuda_matches_cpu(kw):
+    """Issue 11: the same configuration fitted on CUDA and on the CPU predicts alike (the
+    kernel blocks and the inverse route differ between devices, the model does not)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 3))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=150)
+    cpu = StudentTProcessRegressor(device="cpu", random_state=0, **kw).fit(X, y)
+    gpu = StudentTProcessRegressor(device="cuda", random_state=0, **kw).fit(X, y)
+    m0, s0 = cpu.predict(X, return_std=True)
+    m1, s1 = gpu.predict(X, return_std=True)
+    np.testing.assert_allclose(m1, m0, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(s1, s0, rtol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_classifier_cuda_matches_cpu():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 2))
+    y = (X[:, 0] + 0.3 * rng.normal(size=120) > 0).astype(int)
+    cpu = StudentTProcessClassifier(device="cpu", max_iter=10, random_state=0).fit(X, y)
+    gpu = StudentTProcessClassifier(device="cuda", max_iter=10, random_state=0).fit(X, y)
+    np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), rtol=1e-6,
+                               atol=1e-8)
