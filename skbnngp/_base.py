@@ -74,6 +74,16 @@ def fit_transaction(estimator, rollback=None):
         raise
 
 
+def check_hidden_layer_sizes(sizes):
+    """``hidden_layer_sizes`` as a tuple of positive ints, or a ValueError naming it."""
+    out = tuple(sizes)
+    if not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
+               for h in out):
+        raise ValueError("hidden_layer_sizes must be a tuple of positive integers, got "
+                         f"{sizes!r}.")
+    return out
+
+
 def user_network(estimator, factory_args, n_features, device, dtype):
     """The estimator's ``network`` parameter as a module on ``device``/``dtype``, and its
     output on a probe batch of two zero rows.

@@ -20,7 +20,8 @@ from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, aut
                        blr_log_evidence, blr_posterior, blr_stats, build_mlp, chunked_apply,
                        to_float, to_numpy)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
-                    TorchEstimatorMixin, clip_variances, fit_transaction, user_network)
+                    TorchEstimatorMixin, check_hidden_layer_sizes, clip_variances,
+                    fit_transaction, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -365,11 +366,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
 
     # ================================================================== set-up
     def _check_params(self):
-        sizes = tuple(self.hidden_layer_sizes)
-        if not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
-                   for h in sizes):
-            raise ValueError("hidden_layer_sizes must be a tuple of positive integers, got "
-                             f"{self.hidden_layer_sizes!r}.")
+        sizes = check_hidden_layer_sizes(self.hidden_layer_sizes)
         if self.architecture == "resnet" and len(set(sizes)) > 1:
             raise ValueError("architecture='resnet' needs equal hidden widths, got "
                              f"hidden_layer_sizes={sizes!r}.")

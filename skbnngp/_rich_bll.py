@@ -19,7 +19,8 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, auto_batch_size, 
                        build_mlp, stable_cholesky, to_float, to_numpy)
 from ._backend._jacobian import GaussianSketch, body_jacobians, head_features, split_parameters
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
-                    TorchEstimatorMixin, clip_variances, fit_transaction, user_network)
+                    TorchEstimatorMixin, check_hidden_layer_sizes, clip_variances,
+                    fit_transaction, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -271,11 +272,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
 
     # ================================================================== set-up
     def _check_params(self):
-        sizes = tuple(self.hidden_layer_sizes)
-        if not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
-                   for h in sizes):
-            raise ValueError("hidden_layer_sizes must be a tuple of positive integers, got "
-                             f"{self.hidden_layer_sizes!r}.")
+        check_hidden_layer_sizes(self.hidden_layer_sizes)
         if not self.train_network and not isinstance(self.network, torch.nn.Module):
             raise ValueError("train_network=False needs network= a trained torch.nn.Module "
                              f"(got {type(self.network).__name__}).")
