@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import numbers
 import warnings
 from contextlib import contextmanager
@@ -111,6 +112,17 @@ def user_network(estimator, factory_args, n_features, device, dtype):
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"{name}: network must return a tensor, got {type(out).__name__}.")
     return net, out
+
+
+def transactional(fit):
+    """Decorator: run ``fit`` inside :func:`fit_transaction`, so that an exception or an
+    interruption leaves the estimator as it was before the call."""
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        with fit_transaction(self):
+            return fit(self, *args, **kwargs)
+    return wrapper
 
 
 class TorchEstimatorMixin:

@@ -19,7 +19,7 @@ from ._backend import (ExactGP, NystromGP, as_tensor, gp_predict, iter_slices,
                        to_float, to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, fit_hyperparameters)
+                    clip_variances, fit_hyperparameters, transactional)
 from .kernels import PAPER_ACTIVATIONS, Activation, mixed_activation_kernel
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -422,6 +422,7 @@ default=("tanh", "leaky_relu")
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
     def fit(self, X, y):
         """Fit the hyperparameters (MAP) and the GP posterior to ``(X, y)``.
 

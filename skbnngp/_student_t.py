@@ -19,7 +19,7 @@ from ._backend import (DEFAULT_BLOCK_ELEMENTS, ExactGP, as_tensor, auto_batch_si
                        to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, fit_hyperparameters)
+                    clip_variances, fit_hyperparameters, transactional)
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
@@ -353,6 +353,7 @@ prior_scale_bounds : pair of floats or "fixed"
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
     def fit(self, X, y):
         """Fit the Student-t process (and its hyperparameters) to ``(X, y)``.
 
@@ -701,6 +702,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
     def fit(self, X, y):
         """Fit the one-hot Student-t process regressor.
 

@@ -1,0 +1,71 @@
+"""An interrupted or failed fit leaves the previous model (or none), for every public
+estimator (issue 12, item 1; the estimators are discovered, so later ones are covered too).
+
+The interruption is injected into ``torch.linalg.cholesky_ex``, which every estimator's fit
+reaches (kernel factorisations, the low-rank evidence, the last-layer posterior).
+"""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.exceptions import NotFittedError
+
+from skbnngp.utils import all_estimators
+
+from .test_common import FAST
+
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+def _data(kind, scale=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(40, 2)) * scale
+    y = X[:, 0] - X[:, 1] ** 2 / scale
+    if kind == "classifier":
+        y = (y > np.median(y)).astype(int)
+    return X, y
+
+
+def _outputs(est, X, kind):
+    return est.predict_proba(X) if kind == "classifier" else est.predict(X, return_std=True)
+
+
+def _interrupt_after(monkeypatch, calls):
+    real, count = torch.linalg.cholesky_ex, {"n": 0}
+
+    def flaky(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] > calls:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "cholesky_ex", flaky)
+
+
+@pytest.mark.parametrize("name, Est", all_estimators())
+def test_interrupted_refit_keeps_the_previous_model(monkeypatch, name, Est):
+    kind = "classifier" if name.endswith("Classifier") else "regressor"
+    X, y = _data(kind)
+    est = Est(**FAST.get(name, {}), random_state=0).fit(X, y)
+    before = _outputs(est, X, kind)
+    X2, y2 = _data(kind, scale=100.0, seed=1)
+    for calls in (0, 1, 2):
+        with monkeypatch.context() as m:
+            _interrupt_after(m, calls)
+            with pytest.raises(KeyboardInterrupt):
+                est.fit(X2, y2)
+        for a, b in zip(np.atleast_1d(before), np.atleast_1d(_outputs(est, X, kind))):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name, Est", all_estimators())
+def test_interrupted_first_fit_leaves_an_unfitted_estimator(monkeypatch, name, Est):
+    kind = "classifier" if name.endswith("Classifier") else "regressor"
+    X, y = _data(kind)
+    est = Est(**FAST.get(name, {}), random_state=0)
+    _interrupt_after(monkeypatch, 0)
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(X, y)
+    monkeypatch.undo()
+    with pytest.raises(NotFittedError):
+        est.predict(X)
