@@ -217,18 +217,28 @@ class GPRegressorMixin(PredictDistMixin):
     """
 
     def _normalise_targets(self, y):
-        """Store the target statistics and return ``y`` as a normalised (n, C) array."""
+        """Store the target statistics and return ``y`` as a normalised (n, C) array.
+
+        The statistics are computed in float64 after dividing by the largest magnitude, so
+        that targets near the float limits (1e30 in float32, 1e155 in float64) neither
+        overflow when squared nor lose the mean.
+        """
         self._y_1d = y.ndim == 1
-        Y = y.reshape(-1, 1) if self._y_1d else y
+        Y = np.asarray(y.reshape(-1, 1) if self._y_1d else y, dtype=np.float64)
         if Y.shape[1] == 0:
             raise ValueError("y has 0 targets; at least one is required.")
         if self.normalize_y:
-            self._y_train_mean = Y.mean(axis=0)
-            std = Y.std(axis=0)
-            self._y_train_std = np.where(std > 0, std, 1.0)
-        else:
-            self._y_train_mean, self._y_train_std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
-        return (Y - self._y_train_mean) / self._y_train_std
+            big = np.abs(Y).max(axis=0)
+            big = np.where(big > 0, big, 1.0)
+            Ys = Y / big
+            mean, std = Ys.mean(axis=0), Ys.std(axis=0)
+            tiny = 10 * np.finfo(np.float64).eps * np.maximum(np.abs(mean), 1e-300)
+            self._y_train_mean = mean * big
+            self._y_train_std = np.where(std > tiny, std * big, np.where(
+                np.abs(mean) > 0, np.abs(self._y_train_mean), 1.0))
+            return (Ys - mean) * (big / self._y_train_std)
+        self._y_train_mean, self._y_train_std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
+        return Y
 
     def _unscale(self, mean):
         out = mean * self._y_train_std + self._y_train_mean
@@ -276,15 +286,29 @@ class GPRegressorMixin(PredictDistMixin):
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         mean, V = self._latent(X, full_cov=return_cov)
-        y_mean = self._unscale(mean)
+        y_mean = self._check_finite(self._unscale(mean), "mean")
         if not (return_std or return_cov):
             return y_mean
-        factor = self._variance_multiplier() * self._y_train_std**2
-        if return_std:
-            std = np.sqrt(V[:, None] * factor)
-            return y_mean, (std[:, 0] if self._y_1d else std)
-        cov = V[:, :, None] * factor
-        return y_mean, (cov[:, :, 0] if self._y_1d else cov)
+        mult = self._variance_multiplier()
+        # an infinite multiplier is a true answer (a Student-t predictive with df <= 2 has no
+        # variance); otherwise a non-finite std or covariance is an error
+        exists = bool(np.isfinite(mult))
+        if return_std:  # sqrt before scaling: no overflow for targets near the float limit
+            std = np.sqrt(np.asarray(V, dtype=np.float64)[:, None] * mult) * self._y_train_std
+            std = std[:, 0] if self._y_1d else std
+            return y_mean, (self._check_finite(std, "std") if exists else std)
+        cov = np.asarray(V, dtype=np.float64)[:, :, None] * (mult * self._y_train_std**2)
+        cov = cov[:, :, 0] if self._y_1d else cov
+        return y_mean, (self._check_finite(cov, "covariance") if exists else cov)
+
+    def _check_finite(self, values, what):
+        """Raise (instead of returning NaN or inf) when a prediction is not finite."""
+        if not np.all(np.isfinite(values)):
+            raise ValueError(
+                f"{type(self).__name__}: the predictive {what} at X is not finite (X may lie "
+                "far outside the training range, or the targets' scale exceeds float64); "
+                "rescale X or y.")
+        return values
 
 
 def fit_hyperparameters(estimator, engine, raw, free, bounds, rng, *, method, max_iter, tol,
