@@ -21,7 +21,7 @@ from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, aut
                        to_float, to_numpy)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
                     TorchEstimatorMixin, check_hidden_layer_sizes, clip_variances,
-                    fit_transaction, user_network)
+                    fit_transaction, transactional, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -481,6 +481,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
 
     # ================================================================== fit
     @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
     def fit(self, X, y):
         """Train the network and the noise, then form the weight posterior.
 
@@ -493,10 +494,6 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         -------
         self : object
         """
-        with fit_transaction(self):
-            return self._fit(X, y)
-
-    def _fit(self, X, y):
         max_iter, interval, patience = self._check_params()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)

@@ -20,7 +20,7 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, auto_batch_size, 
 from ._backend._jacobian import GaussianSketch, body_jacobians, head_features, split_parameters
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
                     TorchEstimatorMixin, check_hidden_layer_sizes, clip_variances,
-                    fit_transaction, user_network)
+                    transactional, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -305,6 +305,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
 
     # ================================================================== fit
     @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
     def fit(self, X, y):
         """Train the network (unless ``train_network=False``) and fit the last-layer
         posterior.
@@ -318,10 +319,6 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         -------
         self : object
         """
-        with fit_transaction(self):
-            return self._fit(X, y)
-
-    def _fit(self, X, y):
         self._check_params()
         X, y = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2,
                              dtype=np.float64)
