@@ -7,6 +7,7 @@ NumPy arrays go in and come out.
 __version__ = "0.1.0.dev0"
 
 from ._dbk import DBKRegressor  # noqa: E402
+from ._fidgp import FiDGPClassifier  # noqa: E402
 from ._mixed_activation import MixedActivationGPRegressor  # noqa: E402
 from ._rich_bll import RichBLLRegressor  # noqa: E402
 from ._student_t import StudentTProcessClassifier, StudentTProcessRegressor  # noqa: E402
@@ -17,6 +18,7 @@ __all__ = [
     "MixedActivationGPRegressor",
     "DBKRegressor",
     "RichBLLRegressor",
+    "FiDGPClassifier",
     "__version__",
 ]
 

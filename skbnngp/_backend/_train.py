@@ -184,19 +184,29 @@ class NetworkTrainer:
         Clip the gradient norm of all parameters to this value.
     lr_milestones : sequence of int
         Epochs after which the learning rate is multiplied by ``lr_gamma``.
+    extra_groups : sequence of (list of tensors, float)
+        Further parameters (no weight decay) with their own base learning rate (FiD-GP's
+        ``lambda_lr``); the schedule scales them too.
     device : torch.device
     """
 
     def __init__(self, loss_fn, decay_params, other_params=(), *, modules=(),
                  optimizer="adam", learning_rate=1e-3, weight_decay=0.0, grad_clip=None,
-                 lr_milestones=(), lr_gamma=0.1, device="cpu"):
+                 lr_milestones=(), lr_gamma=0.1, extra_groups=(), device="cpu"):
         self.loss_fn = loss_fn
         self.modules = list(modules)
-        self.params = [p for p in list(decay_params) + list(other_params) if p.requires_grad]
+        extra_groups = [(list(ps), float(lr)) for ps, lr in extra_groups]
+        self.params = [p for p in list(decay_params) + list(other_params)
+                       + [q for ps, _ in extra_groups for q in ps] if p.requires_grad]
         groups = [{"params": [p for p in decay_params if p.requires_grad],
-                   "weight_decay": float(weight_decay)},
-                  {"params": [p for p in other_params if p.requires_grad], "weight_decay": 0.0}]
+                   "weight_decay": float(weight_decay), "lr": float(learning_rate)},
+                  {"params": [p for p in other_params if p.requires_grad], "weight_decay": 0.0,
+                   "lr": float(learning_rate)}]
+        groups += [{"params": [p for p in ps if p.requires_grad], "weight_decay": 0.0,
+                    "lr": lr} for ps, lr in extra_groups]
         groups = [g for g in groups if g["params"]]
+        for g in groups:
+            g["base_lr"] = g["lr"]
         if not groups:
             raise ValueError("NetworkTrainer: there are no trainable parameters.")
         if optimizer == "adam":
@@ -236,7 +246,7 @@ class NetworkTrainer:
     def _set_lr(self):
         drops = sum(1 for m in self.lr_milestones if self.epoch >= m)
         for g in self.optimizer.param_groups:
-            g["lr"] = self.base_lr * self.lr_gamma ** drops
+            g["lr"] = g["base_lr"] * self.lr_gamma ** drops
 
     # ------------------------------------------------------------------ steps
     def run_epoch(self, n_rows, batch_size, rng):
@@ -270,7 +280,7 @@ class NetworkTrainer:
 
     def fit(self, n_rows, *, batch_size=None, max_epochs=100, rng=None, validate=None,
             validation_interval=10, n_iter_no_change=10, tol=1e-4, sync_steps=10,
-            verbose=0, label="network", print_fn=None):
+            min_epochs=0, verbose=0, label="network", print_fn=None):
         """Train for at most ``max_epochs`` epochs over ``n_rows`` training rows.
 
         Parameters
@@ -289,6 +299,10 @@ class NetworkTrainer:
             ``tol * max(1, |loss|)`` for ``n_iter_no_change`` epochs.
         sync_steps : int
             Minimum number of gradient steps between two reads of the losses on the host.
+        min_epochs : int
+            The training-loss stopping rule only counts epochs after this many (a loss whose
+            terms change with the epoch, such as an annealed KL, is compared only once the
+            schedule is over).
         verbose : int
             ``> 0``: a progress line at each validation (or every ``validation_interval``
             epochs), or a progress bar when ``tqdm`` is installed and stderr is a terminal.
@@ -349,7 +363,11 @@ class NetworkTrainer:
                     best_state = last_good
                 stop = k - res.best_epoch >= patience
             elif validate is None:
-                for v in losses:
+                first = k - len(losses) + 1
+                for j, v in enumerate(losses):
+                    if first + j <= min_epochs:
+                        best_loss, since_best = math.inf, 0
+                        continue
                     if v < best_loss - tol * max(1.0, abs(best_loss) if math.isfinite(best_loss)
                                                  else 1.0):
                         best_loss, since_best = v, 0
