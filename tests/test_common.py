@@ -20,8 +20,8 @@ FAST = {
     "MixedActivationGPRegressor": dict(n_anchors=20, max_iter=15, device="cpu"),
     "DBKRegressor": dict(n_basis=8, hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
     "RichBLLRegressor": dict(hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
-    "FiDGPClassifier": dict(hidden_layer_sizes=(16,), max_iter=30, batch_size=32,
-                            learning_rate_init=1e-2, ood_projector_steps=20, device="cpu"),
+    "FiDGPClassifier": dict(hidden_layer_sizes=(16,), max_iter=60, batch_size=256,
+                            learning_rate_init=2e-2, ood_projector_steps=20, device="cpu"),
 }
 
 
