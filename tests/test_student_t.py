@@ -512,7 +512,9 @@ def test_classifier_iris_and_probabilities():
     P = clf.predict_proba(X)
     np.testing.assert_allclose(P.sum(1), 1.0)
     np.testing.assert_array_equal(clf.classes_[P.argmax(1)], clf.predict(X))
-    assert clf.decision_function(X).shape == (150, 3)
+    np.testing.assert_allclose(clf.decision_function(X), np.log(P), atol=1e-12)
+    assert clf.predict_margin(X).shape == (150, 3)
+    np.testing.assert_array_equal(clf.classes_[clf.predict_margin(X).argmax(1)], clf.predict(X))
     assert clf.regressor_.df_ == 2 * clf.regressor_.hyperparameters_["prior_shape"] + 150 * 3
 
 
@@ -537,7 +539,10 @@ def test_classifier_binary_and_one_class():
     X, y = _data(n=30)
     yb = np.where(y > np.median(y), "hi", "lo")
     clf = StudentTProcessClassifier(max_iter=5, device="cpu").fit(X, yb)
-    assert clf.decision_function(X).shape == (30,)
+    P = clf.predict_proba(X)
+    np.testing.assert_allclose(clf.decision_function(X), np.log(P[:, 1] / P[:, 0]), atol=1e-10)
+    assert clf.predict_margin(X).shape == (30,)
+    np.testing.assert_array_equal(clf.predict(X), clf.classes_[(P[:, 1] > P[:, 0]).astype(int)])
     assert set(clf.predict(X)) <= {"hi", "lo"}
     with pytest.raises(ValueError, match="1 class"):
         StudentTProcessClassifier(device="cpu").fit(X, np.zeros(30))
@@ -568,3 +573,22 @@ def test_classifier_cuda_matches_cpu():
     gpu = StudentTProcessClassifier(device="cuda", max_iter=10, random_state=0).fit(X, y)
     np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), rtol=1e-6,
                                atol=1e-8)
+
+
+def test_classifier_huge_input_raises_instead_of_nan():
+    """Issue 12 reproducer: finite but huge X gave NaN probabilities while predict still
+    returned a class; now every method raises a ValueError naming X, or is finite."""
+    from sklearn.datasets import load_iris
+    X, y = load_iris(return_X_y=True)
+    clf = StudentTProcessClassifier(max_iter=5, device="cpu", random_state=0).fit(X, y)
+    huge = np.full((2, 4), 1e300)
+    for method in (clf.predict_proba, clf.predict, clf.decision_function, clf.predict_margin):
+        try:
+            out = method(huge)
+        except ValueError as exc:
+            assert "X" in str(exc)
+        else:
+            assert np.all(np.isfinite(out.astype(float) if out.dtype != object else 0))
+    P = clf.predict_proba(X * 50)
+    assert np.all(np.isfinite(P))
+    np.testing.assert_array_equal(clf.predict(X * 50), clf.classes_[P.argmax(1)])
