@@ -16,6 +16,7 @@ from sklearn.utils import check_random_state
 
 from ._backend import (as_tensor, minimize, resolve_device, resolve_dtype, stable_cholesky,
                        to_numpy)
+from ._backend._train import mlp_from_state, mlp_to_state
 from .exceptions import DeviceWarning, NumericalWarning
 from .utils._sklearn_compat import Interval, StrOptions
 
@@ -150,18 +151,29 @@ class TorchEstimatorMixin:
         raise NotImplementedError
 
     def __getstate__(self):
+        """Plain state: NumPy arrays and Python values (what skops can load), never a live
+        device tensor. A network made by ``build_mlp`` is saved as its plan and weights; a
+        user's own module is kept as a module (moved to the CPU)."""
         state = self.__dict__.copy()
         state.pop("_cache", None)
-        net = state.get("network_")  # a trained torch module always pickles on the CPU
-        if isinstance(net, torch.nn.Module) and any(
-                t.device.type != "cpu" for t in list(net.parameters()) + list(net.buffers())):
-            state["network_"] = copy.deepcopy(net).to("cpu")
+        net = state.get("network_")
+        if isinstance(net, torch.nn.Module):
+            plain = mlp_to_state(net)
+            if plain is not None:
+                state["network_"] = plain
+            elif any(t.device.type != "cpu" for t in list(net.parameters())
+                     + list(net.buffers())):
+                state["network_"] = copy.deepcopy(net).to("cpu")
         dev = state.get("device_")
         if isinstance(dev, torch.device):
             state["device_"] = str(dev)
+        if isinstance(state.get("_dtype"), torch.dtype):
+            state["_dtype"] = str(state["_dtype"]).replace("torch.", "")
         return state
 
     def __setstate__(self, state):
+        if isinstance(state.get("_dtype"), str):
+            state["_dtype"] = resolve_dtype(state["_dtype"])
         dev = state.get("device_")
         if isinstance(dev, str):
             try:
@@ -171,6 +183,9 @@ class TorchEstimatorMixin:
                     f"{type(self).__name__} was fitted on {dev!r}, which is not available here; "
                     "it will predict on the CPU.", DeviceWarning, stacklevel=2)
                 state["device_"] = torch.device("cpu")
+        net = state.get("network_")
+        if isinstance(net, dict) and "mlp_plan" in net:
+            state["network_"] = mlp_from_state(net, state.get("device_", "cpu")).eval()
         self.__dict__.update(state)
 
 

@@ -539,7 +539,9 @@ default=("tanh", "leaky_relu")
         self.dual_coef_ = to_numpy(st["dual"])
         self.log_marginal_likelihood_value_ = -to_float(st["nll"])
         self.map_objective_value_ = to_float(st["nll"] + layout.prior(raw, priors))
-        self._cache = dict(st, p=p)
+        # the predictive always reads the cache rebuilt from the NumPy state, so a pickled or
+        # skops-saved model predicts bit for bit as the fitted one
+        self._cache = self._build_cache()
 
     def _build_cache(self):
         # after unpickling: tensors on device_ from the NumPy fitted state

@@ -163,6 +163,26 @@ class SampledPrior:
                 raise ValueError("prior: the scipy distribution must be supported on (0, inf).")
             self.unit_draws = torch.as_tensor(draws, device=device, dtype=dtype)
 
+    # -- persistence: plain values only (skops), tensors rebuilt on load -----------------
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["unit_draws"] = to_numpy(self.unit_draws).copy()
+        state["device"] = None if self.device is None else str(self.device)
+        state["dtype"] = None if self.dtype is None else str(self.dtype).replace("torch.", "")
+        return state
+
+    def __setstate__(self, state):
+        dev = state.get("device")
+        if dev is not None:
+            dev = torch.device(dev)
+            if dev.type == "cuda" and not torch.cuda.is_available():
+                dev = torch.device("cpu")  # the estimator warns about the device change
+        dtype = state.get("dtype")
+        dtype = None if dtype is None else getattr(torch, dtype)
+        state = dict(state, device=dev, dtype=dtype)
+        state["unit_draws"] = torch.as_tensor(state["unit_draws"], device=dev, dtype=dtype)
+        self.__dict__.update(state)
+
     # -- prior draws and densities -----------------------------------------------------
     def _draws(self, b):
         return self.unit_draws * b if self.kind == "burr12" else self.unit_draws

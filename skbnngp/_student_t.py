@@ -462,19 +462,9 @@ prior_scale_bounds : pair of floats or "fixed"
         state = super().__getstate__()
         for key in ("_engine", "_theta"):
             state.pop(key, None)
-        prior = state.get("_prior_obj")
-        if isinstance(prior, SampledPrior):  # keep draws as NumPy
-            prior = prior.__dict__.copy()
-            prior["unit_draws"] = to_numpy(prior["unit_draws"])
-            state["_prior_obj"] = ("sampled", prior)
-        return state
+        return state  # a SampledPrior saves its draws as NumPy itself
 
     def __setstate__(self, state):
-        prior = state.get("_prior_obj")
-        if isinstance(prior, tuple) and prior[0] == "sampled":
-            obj = SampledPrior.__new__(SampledPrior)
-            obj.__dict__.update(prior[1])
-            state["_prior_obj"] = obj
         super().__setstate__(state)
         obj = self.__dict__.get("_prior_obj")
         if isinstance(obj, SampledPrior):
@@ -603,7 +593,7 @@ optional
         return tags
 
 
-class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
+class StudentTProcessClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     """Classification by Student-t process regression on one-hot targets (spec 000 §3.3).
 
     Classes are encoded as 0/1 one-hot targets (or ``-0.1/0.9`` with

@@ -126,7 +126,32 @@ def build_mlp(n_in: int, hidden_layer_sizes, n_out: int, *, activation="tanh",
     layers.append(torch.nn.Linear(width, n_out, bias=output_bias, device="meta"))
     net = torch.nn.Sequential(*layers).to_empty(device=device).to(dtype)
     _init_linear_(net, seed, dtype, device)
+    # what rebuilds it (estimators persist this plan and the weights, not the module)
+    net.mlp_plan = dict(n_in=int(n_in), hidden_layer_sizes=tuple(hidden), n_out=int(n_out),
+                        activation=activation, architecture=architecture,
+                        output_bias=bool(output_bias))
     return net
+
+
+def mlp_to_state(net):
+    """A :func:`build_mlp` network as plain values: ``{"mlp_plan": ..., "weights": {name:
+    ndarray}}`` (None for any other module)."""
+    plan = getattr(net, "mlp_plan", None)
+    if plan is None:
+        return None
+    return {"mlp_plan": dict(plan, hidden_layer_sizes=list(plan["hidden_layer_sizes"])),
+            "weights": {k: to_numpy(v).copy() for k, v in net.state_dict().items()}}
+
+
+def mlp_from_state(state, device="cpu"):
+    """Rebuild a network saved by :func:`mlp_to_state` (weights bit for bit)."""
+    plan = dict(state["mlp_plan"])
+    weights = state["weights"]
+    dtype = torch.as_tensor(next(iter(weights.values()))).dtype
+    net = build_mlp(plan.pop("n_in"), plan.pop("hidden_layer_sizes"), plan.pop("n_out"),
+                    device="cpu", dtype=dtype, **plan)
+    net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+    return net.to(device)
 
 
 def last_linear(module: torch.nn.Module):
