@@ -38,10 +38,15 @@ def inv_softplus(x: float) -> float:
 
 
 def jittered_cholesky(K):
-    """``chol(K + eps mean(diag K) I)`` with ``eps = 1e-5`` computed from a detached ``K``."""
+    """``chol(K + eps mean(diag K) I)`` with ``eps = 1e-5`` computed from a detached ``K``.
+
+    A failed factorisation gives NaN (no host synchronisation inside a training step): the
+    loss turns NaN and the training loop stops with ``TrainingDivergedError``.
+    """
     eps = PRIOR_JITTER * K.detach().diagonal().mean()
     eye = torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
-    return torch.linalg.cholesky(K + eps * eye)
+    L, info = torch.linalg.cholesky_ex(K + eps * eye)
+    return L + torch.where(info > 0, torch.nan, 0.0).to(L.dtype)
 
 
 def kl_conditional(lam, n_weights):
