@@ -76,6 +76,36 @@ def fit_transaction(estimator, rollback=None):
         raise
 
 
+def input_scaling(X, method="standard", enabled=True):
+    """Per-column ``(offset, scale)`` of the inputs, as sklearn's scalers handle them.
+
+    ``method``: ``"standard"`` (mean, std), ``"minmax_center"`` (mid-range, range) or
+    ``"minmax_half"`` (mid-range, half range). The statistics are taken after dividing each
+    column by its largest magnitude, so columns near 1e300 do not overflow when squared or
+    subtracted; a scale below ``10 eps`` of the column's magnitude (a constant or
+    near-constant column, up to round-off) counts as 1, so the column is only centred and
+    never divided by a tiny range. ``enabled=False`` gives zeros and ones.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    d = X.shape[1]
+    if not enabled:
+        return np.zeros(d), np.ones(d)
+    big = np.abs(X).max(axis=0) if X.shape[0] else np.ones(d)
+    big = np.where((big > 0) & np.isfinite(big), big, 1.0)
+    Xn = X / big
+    if method == "standard":
+        off, sc = Xn.mean(axis=0), Xn.std(axis=0)
+    else:
+        lo, hi = Xn.min(axis=0), Xn.max(axis=0)
+        sc = hi - lo if method == "minmax_center" else 0.5 * (hi - lo)
+        off = lo + 0.5 * (hi - lo)
+    eps = np.finfo(np.float64).eps
+    const = sc <= 10 * eps * np.maximum(np.abs(off), 1.0)
+    with np.errstate(over="ignore"):
+        scale = np.where(const, 1.0, np.minimum(sc * big, np.finfo(np.float64).max))
+    return off * big, scale
+
+
 def check_hidden_layer_sizes(sizes):
     """``hidden_layer_sizes`` as a tuple of positive ints, or a ValueError naming it."""
     out = tuple(sizes)

@@ -21,7 +21,7 @@ from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, aut
                        to_float, to_numpy)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
                     TorchEstimatorMixin, check_hidden_layer_sizes, clip_variances,
-                    fit_transaction, transactional, user_network)
+                    fit_transaction, input_scaling, transactional, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -391,13 +391,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     def _fit_scaling(self, X):
         lo, hi = X.min(axis=0), X.max(axis=0)
         self.x_min_, self.x_max_ = lo, hi
-        if self.scale_inputs:
-            half = 0.5 * (hi - lo)
-            tiny = np.abs(lo) * 1e-12 + np.finfo(float).tiny  # near-constant: centre only
-            self._x_scale = np.where(half > tiny, half, 1.0)
-            self._x_offset = lo + half
-        else:
-            self._x_offset, self._x_scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
+        self._x_offset, self._x_scale = input_scaling(X, "minmax_half", self.scale_inputs)
 
     def _scale_X(self, X):
         return (X - self._x_offset) / self._x_scale

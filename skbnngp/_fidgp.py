@@ -18,7 +18,7 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, iter_s
                        make_generator, to_float, to_numpy)
 from ._backend._inducing import FiDNetwork, InducingLinear
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
-                    check_hidden_layer_sizes, transactional)
+                    check_hidden_layer_sizes, input_scaling, transactional)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -439,12 +439,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=4)
-        if self.scale_inputs:
-            mu, sd = X.mean(axis=0), X.std(axis=0)
-            self._x_offset = mu
-            self._x_scale = np.where(sd > 1e-12 * (np.abs(mu) + 1.0), sd, 1.0)
-        else:
-            self._x_offset, self._x_scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
+        self._x_offset, self._x_scale = input_scaling(X, "standard", self.scale_inputs)
         plan = self._layer_plan(X.shape[1], len(classes))
         net = self._build_network(plan, int(seeds[0]), device, dtype)
         Xt = as_tensor(self._scale(X), device, dtype)

@@ -19,7 +19,7 @@ from ._backend import (ExactGP, NystromGP, as_tensor, gp_predict, iter_slices,
                        to_float, to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, fit_hyperparameters, transactional)
+                    clip_variances, fit_hyperparameters, input_scaling, transactional)
 from .kernels import PAPER_ACTIVATIONS, Activation, mixed_activation_kernel
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -441,11 +441,8 @@ default=("tanh", "leaky_relu")
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
 
-        lo, hi = X.min(axis=0), X.max(axis=0)
-        offset, scale = {"minmax_center": (lo + 0.5 * (hi - lo), hi - lo),
-                         "standard": (X.mean(axis=0), X.std(axis=0))}.get(
-            self.input_scaling, (np.zeros(X.shape[1]), np.ones(X.shape[1])))
-        self._X_offset, self._X_scale = offset, np.where(scale > 0, scale, 1.0)
+        self._X_offset, self._X_scale = input_scaling(
+            X, self.input_scaling, self.input_scaling in ("minmax_center", "standard"))
         self.X_train_ = X
         self.y_train_ = self._normalise_targets(y)
         Xs = self._scale_X(X)

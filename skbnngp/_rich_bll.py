@@ -20,7 +20,7 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, auto_batch_size, 
 from ._backend._jacobian import GaussianSketch, body_jacobians, head_features, split_parameters
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
                     TorchEstimatorMixin, check_hidden_layer_sizes, clip_variances,
-                    transactional, user_network)
+                    input_scaling, transactional, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -325,12 +325,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(np.iinfo(np.int32).max))
-        if self.scale_inputs:
-            mu, sd = X.mean(axis=0), X.std(axis=0)
-            self._x_offset = mu
-            self._x_scale = np.where(sd > 1e-12 * (np.abs(mu) + 1.0), sd, 1.0)
-        else:
-            self._x_offset, self._x_scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
+        self._x_offset, self._x_scale = input_scaling(X, "standard", self.scale_inputs)
         Y = self._normalise_targets(y)
         Xt = as_tensor((X - self._x_offset) / self._x_scale, device, dtype)
         Yt = as_tensor(Y, device, dtype)

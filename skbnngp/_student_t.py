@@ -19,7 +19,7 @@ from ._backend import (DEFAULT_BLOCK_ELEMENTS, ExactGP, as_tensor, auto_batch_si
                        to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, fit_hyperparameters, transactional)
+                    clip_variances, fit_hyperparameters, input_scaling, transactional)
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
@@ -375,9 +375,7 @@ prior_scale_bounds : pair of floats or "fixed"
         gen = make_generator(rng.randint(np.iinfo(np.int32).max), device)
 
         self.X_train_ = X
-        self._X_offset = X.mean(axis=0) if self.normalize_X else np.zeros(X.shape[1])
-        scale = X.std(axis=0) if self.normalize_X else np.ones(X.shape[1])
-        self._X_scale = np.where(scale > 1e-12 * max(1.0, np.abs(X).max()), scale, 1.0)
+        self._X_offset, self._X_scale = input_scaling(X, "standard", self.normalize_X)
 
         Xt = as_tensor(self._standardise_X(X), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)

@@ -1,0 +1,49 @@
+"""Issue 12 reproducers for input scaling: tiny-range, near-constant and huge columns."""
+
+import numpy as np
+import pytest
+
+from skbnngp._base import input_scaling
+from skbnngp.utils import all_estimators
+
+from .test_common import FAST
+
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+@pytest.mark.parametrize("method", ["standard", "minmax_center", "minmax_half"])
+def test_input_scaling_handles_tiny_constant_and_huge_columns(method):
+    rng = np.random.default_rng(0)
+    n = 50
+    X = np.column_stack([
+        rng.normal(size=n) * 1e-200,                 # tiny but real variation: scaled
+        1.0 + rng.normal(size=n) * 1e-17,            # constant up to round-off: centred only
+        rng.normal(size=n) * 1e300,                  # squares would overflow
+        np.full(n, 7.0),                             # constant
+    ])
+    off, scale = input_scaling(X, method)
+    assert np.all(np.isfinite(off)) and np.all(np.isfinite(scale)) and np.all(scale > 0)
+    Z = (X - off) / scale
+    assert np.all(np.isfinite(Z))
+    assert 0.1 < np.abs(Z[:, 0]).max() < 10  # the tiny column keeps its variation
+    assert scale[1] == 1.0 and scale[3] == 1.0
+    assert np.abs(Z[:, 1]).max() < 1e-12 and np.all(Z[:, 3] == 0)
+    assert 0.1 < np.abs(Z[:, 2]).max() < 10
+    off0, sc0 = input_scaling(X, method, enabled=False)
+    assert np.all(off0 == 0) and np.all(sc0 == 1)
+
+
+@pytest.mark.parametrize("name, Est", all_estimators())
+def test_tiny_range_and_near_constant_columns_fit_and_predict_finite(name, Est):
+    """A column whose range is 1e-200 turned into NaN in the mixed-activation GP's min-max
+    scaling; every estimator must now fit and predict finite values."""
+    rng = np.random.default_rng(1)
+    X = np.column_stack([rng.normal(size=40), rng.normal(size=40) * 1e-200,
+                         np.full(40, 3.0) + rng.normal(size=40) * 1e-16])
+    y = X[:, 0] + 0.1 * rng.normal(size=40)
+    if name.endswith("Classifier"):
+        y = (y > 0).astype(int)
+    est = Est(**FAST.get(name, {}), random_state=0).fit(X, y)
+    out = est.predict_proba(X) if hasattr(est, "predict_proba") else \
+        np.column_stack(est.predict(X, return_std=True))
+    assert np.all(np.isfinite(out))
