@@ -413,7 +413,8 @@ def fit_hyperparameters(estimator, engine, raw, free, bounds, rng, *, method, ma
         if not np.isfinite(best.fun):
             raise NumericalError(
                 f"{type(estimator).__name__}: the objective could not be evaluated at any "
-                "starting point; check the inputs or increase the noise parameter.")
+                "starting point: X or y may be badly scaled (rescale them) or the noise "
+                "parameter too small (increase it).")
         if stage == 0:
             estimator.converged_ = best.converged
             warn_convergence(estimator, best)
