@@ -172,7 +172,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     ----------
     classes_ : ndarray of shape (n_classes,)
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined only when X has feature names that are all strings.
     model_ : torch.nn.Module
         The trained network (pickled as NumPy arrays and rebuilt on load).
