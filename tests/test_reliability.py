@@ -47,3 +47,40 @@ def test_tiny_range_and_near_constant_columns_fit_and_predict_finite(name, Est):
     out = est.predict_proba(X) if hasattr(est, "predict_proba") else \
         np.column_stack(est.predict(X, return_std=True))
     assert np.all(np.isfinite(out))
+
+
+@pytest.mark.parametrize("name, Est", all_estimators())
+@pytest.mark.parametrize("scale", [1e150, 1e300])
+def test_huge_finite_input_at_predict_raises_or_is_finite(name, Est, scale):
+    """Issue 12 reproducer: huge but finite X at predict time gave NaN silently (and the
+    classifier's predict still returned a class). Every public prediction method must now
+    return finite values or raise a ValueError naming X."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 2))
+    y = X[:, 0] - X[:, 1]
+    classifier = name.endswith("Classifier")
+    if classifier:
+        y = (y > 0).astype(int)
+    est = Est(**FAST.get(name, {}), random_state=0).fit(X, y)
+    Xh = X[:5] * scale
+    methods = ["predict"] + (["predict_proba", "decision_function"] if classifier else [])
+    if hasattr(est, "ood_score"):
+        methods.append("ood_score")
+    for method in methods:
+        try:
+            out = getattr(est, method)(Xh)
+        except ValueError as exc:
+            assert "X" in str(exc), (method, str(exc))
+            continue
+        if method == "predict" and classifier:
+            P = est.predict_proba(Xh)  # reached only when predict_proba is finite too
+            np.testing.assert_array_equal(out, est.classes_[P.argmax(1)])
+        else:
+            assert np.all(np.isfinite(out)), method
+    if not classifier:
+        try:
+            mean, std = est.predict(Xh, return_std=True)
+        except ValueError as exc:
+            assert "X" in str(exc)
+        else:
+            assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std) | (std == np.inf))
