@@ -17,6 +17,8 @@ the title; 0.5 is chance and 1 is perfect separation.
 """
 
 # %%
+import os
+import tempfile
 import warnings
 
 import numpy as np
@@ -72,5 +74,6 @@ for ax, (name, (s_in, s_out)) in zip(axes, scores.items()):
     ax.set_yscale("log")
 axes[0].legend()
 fig.tight_layout()
-fig.savefig("plot_fidgp_ood_digits.png", dpi=110)
-print("saved plot_fidgp_ood_digits.png")
+out = os.path.join(tempfile.gettempdir(), "plot_fidgp_ood_digits.png")
+fig.savefig(out, dpi=110)
+print("saved", out)

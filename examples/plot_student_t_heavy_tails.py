@@ -59,5 +59,9 @@ if plt is not None:
         ax.set_ylim(np.percentile(y, 1) - 1, np.percentile(y, 99) + 1)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig("plot_student_t_heavy_tails.png", dpi=120)
-    print("saved plot_student_t_heavy_tails.png")
+    import os
+    import tempfile
+
+    out = os.path.join(tempfile.gettempdir(), "plot_student_t_heavy_tails.png")
+    fig.savefig(out, dpi=120)
+    print("saved", out)
