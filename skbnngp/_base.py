@@ -28,6 +28,18 @@ BATCH_SIZE_CONSTRAINT = [Interval(numbers.Integral, 1, None, closed="left"), Non
 VERBOSE_CONSTRAINT = ["verbose"]
 
 
+def plain(value):
+    """``value`` with NumPy scalars and arrays turned into Python numbers and lists, so that a
+    message shows ``25.0`` rather than ``np.float64(25.0)``."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (tuple, list)):
+        return type(value)(plain(v) for v in value)
+    return value
+
+
 def check_bounds(name, bounds, value, enforce=True):
     """Validate a ``(low, high)`` pair or ``"fixed"`` for the positive parameter ``name``.
 
@@ -36,14 +48,14 @@ def check_bounds(name, bounds, value, enforce=True):
     if isinstance(bounds, str):
         return "fixed"
     if len(bounds) != 2:
-        raise ValueError(f"{name}_bounds must be 'fixed' or a pair (low, high), got {bounds!r}.")
+        raise ValueError(f"{name}_bounds must be 'fixed' or a pair (low, high), got {plain(bounds)!r}.")
     lo, hi = (float(b) for b in bounds)
     if not (0 < lo <= hi < np.inf):
         raise ValueError(
-            f"{name}_bounds must satisfy 0 < low <= high < inf, got {bounds!r}.")
+            f"{name}_bounds must satisfy 0 < low <= high < inf, got {plain(bounds)!r}.")
     if enforce and not lo <= value <= hi:
         raise ValueError(
-            f"{name}={value!r} lies outside {name}_bounds={bounds!r}.")
+            f"{name}={plain(value)!r} lies outside {name}_bounds={plain(bounds)!r}.")
     return (lo, hi)
 
 
@@ -314,7 +326,7 @@ class GPRegressorMixin(PredictDistMixin):
         """
         if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) \
                 or n_samples < 1:
-            raise ValueError(f"n_samples must be an integer >= 1, got {n_samples!r}.")
+            raise ValueError(f"n_samples must be an integer >= 1, got {plain(n_samples)!r}.")
         rng = check_random_state(random_state)
         mean, V = self._latent(X, full_cov=True)
         Lv, _ = stable_cholesky(as_tensor(V, self.device_, self._dtype),

@@ -18,7 +18,7 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, iter_s
                        make_generator, to_float, to_numpy)
 from ._backend._inducing import FiDNetwork, InducingLinear
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
-                    check_hidden_layer_sizes, input_scaling, transactional)
+                    check_hidden_layer_sizes, input_scaling, plain, transactional)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -345,7 +345,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             for i in self.fid_layers:
                 if not isinstance(i, numbers.Integral) or not -n_lin <= i < n_lin:
                     raise ValueError(f"fid_layers entries must be layer indices in [-{n_lin}, "
-                                     f"{n_lin}) for {n_lin} linear layers, got {i!r}.")
+                                     f"{n_lin}) for {n_lin} linear layers, got {plain(i)!r}.")
                 chosen.add(int(i) % n_lin)
             if not chosen:
                 raise ValueError("fid_layers selects no layer; at least one FiD-GP layer is "
@@ -434,7 +434,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         classes, y_idx = np.unique(y, return_inverse=True)
         if len(classes) < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in "
-                             f"y; got only one class: {classes[0]!r}.")
+                             f"y; got only one class: {plain(classes[0])!r}.")
         self.classes_ = classes
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
@@ -531,7 +531,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                 else None
             if j is None or j not in inducing:
                 raise ValueError(f"ood_layers entries must index FiD-GP layers {inducing} "
-                                 f"(of {n_lin} linear layers), got {i!r}.")
+                                 f"(of {n_lin} linear layers), got {plain(i)!r}.")
             keys.append(j)
         return sorted(set(keys))
 
@@ -660,7 +660,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         """
         S = self.n_predict_samples if n_samples is None else n_samples
         if not isinstance(S, numbers.Integral) or isinstance(S, bool) or S < 1:
-            raise ValueError(f"n_samples must be an integer >= 1, got {n_samples!r}.")
+            raise ValueError(f"n_samples must be an integer >= 1, got {plain(n_samples)!r}.")
         check_is_fitted(self)
         seed = self._predict_seed if random_state is None else int(
             check_random_state(random_state).randint(np.iinfo(np.int32).max))

@@ -19,7 +19,8 @@ from ._backend import (ExactGP, NystromGP, as_tensor, gp_predict, iter_slices,
                        to_float, to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, fit_hyperparameters, input_scaling, transactional)
+                    clip_variances, fit_hyperparameters, input_scaling, plain,
+                    transactional)
 from .kernels import PAPER_ACTIVATIONS, Activation, mixed_activation_kernel
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -348,7 +349,7 @@ default=("tanh", "leaky_relu")
             if w.shape != (M,) or not np.all(np.isfinite(w)) or np.any(w <= 0) \
                     or abs(w.sum() - 1.0) > 1e-6:
                 raise ValueError(f"weights must hold {M} positive values summing to one (one "
-                                 f"per activation), got {self.weights!r}.")
+                                 f"per activation), got {plain(self.weights)!r}.")
             w = w / w.sum()
         optimise = self.optimizer is not None or self.preset is not None
         bounds = {h: check_bounds(h, getattr(self, f"{h}_bounds"), getattr(self, h),
@@ -359,7 +360,7 @@ default=("tanh", "leaky_relu")
         for h, init in (("leaky_slope", self.leaky_slope), ("weights", w[0])):
             b = check_bounds(h, getattr(self, f"{h}_bounds"), init, enforce=False)
             if b != "fixed" and b[1] >= 1.0:
-                raise ValueError(f"{h}_bounds must lie inside (0, 1), got {b!r}.")
+                raise ValueError(f"{h}_bounds must lie inside (0, 1), got {plain(b)!r}.")
             logits = [_logit(init)] if h == "leaky_slope" else np.log(w[:-1] / w[-1])
             if b != "fixed" and optimise and M > 1 and not all(
                     _logit(b[0]) <= t <= _logit(b[1]) for t in logits):
@@ -378,7 +379,7 @@ default=("tanh", "leaky_relu")
                 arr.shape in ((), (M,)) if key == "weights" else arr.shape == (2,)))
             if not ok:
                 raise ValueError(f"priors[{key!r}] must be None or positive " + (
-                    "concentration(s)" if key == "weights" else "(a, b)") + f", got {val!r}.")
+                    "concentration(s)" if key == "weights" else "(a, b)") + f", got {plain(val)!r}.")
         return acts, w, bounds, priors
 
     def _scale_X(self, X):

@@ -19,7 +19,7 @@ from ._backend import (DEFAULT_BLOCK_ELEMENTS, ExactGP, as_tensor, auto_batch_si
                        to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, fit_hyperparameters, input_scaling, transactional)
+                    clip_variances, fit_hyperparameters, input_scaling, plain, transactional)
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
@@ -701,7 +701,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         self.classes_ = np.unique(y)
         if self.classes_.size < 2:
             raise ValueError("StudentTProcessClassifier needs samples of at least 2 classes "
-                             f"in the data; got 1 class ({self.classes_[0]!r}).")
+                             f"in the data; got 1 class ({plain(self.classes_[0])!r}).")
         Y = (y[:, None] == self.classes_[None, :]).astype(float)
         if self.target_coding == "centered":
             Y -= 0.1

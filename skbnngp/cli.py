@@ -434,8 +434,9 @@ def _load(args):
         if labels.size < 2:
             raise UsageError(f"target {data.target_name!r} has a single class")
         if counts.min() < args.folds:
-            raise UsageError(f"class {labels[counts.argmin()]!r} has only {counts.min()} "
-                             f"rows, fewer than --folds {args.folds}")
+            rare = labels[counts.argmin()].item()
+            raise UsageError(f"class {rare!r} has only {int(counts.min())} rows, fewer than "
+                             f"--folds {args.folds}")
     return data
 
 

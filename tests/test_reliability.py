@@ -84,3 +84,23 @@ def test_huge_finite_input_at_predict_raises_or_is_finite(name, Est, scale):
             assert "X" in str(exc)
         else:
             assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std) | (std == np.inf))
+
+
+@pytest.mark.parametrize("name, Est", all_estimators())
+def test_messages_name_the_argument_and_print_plain_numbers(name, Est):
+    """Issue 13: a string y given to a regressor ended in a NumPy add.reduce error, and
+    messages printed ``np.int64(0)``."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(20, 2))
+    Xs = X.astype(str)
+    Xs[0, 0] = "a"
+    with pytest.raises(ValueError, match=r"X must be numeric, but it holds 'a'"):
+        Est(**FAST.get(name, {})).fit(Xs, np.arange(20) % 2)
+    if name.endswith("Classifier"):
+        with pytest.raises(ValueError, match="class") as info:
+            Est(**FAST.get(name, {})).fit(X, np.zeros(20, dtype=np.int64))
+    else:
+        with pytest.raises(ValueError, match=r"y must be numeric, but it holds 'b'. For class "
+                                             r"labels use a classifier") as info:
+            Est(**FAST.get(name, {})).fit(X, np.array(["b", "c"] * 10))
+    assert "np." not in str(info.value)

@@ -454,7 +454,7 @@ def test_random_state_repeatable():
     (np.arange(5.0), np.arange(5.0), "2D array"),
     (np.ones((5, 2)), np.arange(4.0), "inconsistent numbers of samples"),
     (np.ones((1, 2)), np.arange(1.0), "1 sample"),
-    (np.array([["a", "b"], ["c", "d"]]), np.arange(2.0), "convert"),
+    (np.array([["a", "b"], ["c", "d"]]), np.arange(2.0), "X must be numeric"),
     (np.ones((3, 2)) + 1j, np.arange(3.0), "Complex"),
     (np.ones((3, 2)), np.array([1.0, np.nan, 2.0]), "NaN"),
 ])

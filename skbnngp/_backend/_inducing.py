@@ -241,7 +241,8 @@ class FiDNetwork(torch.nn.Module):
                         mod._holder[0] = self.holder
 
     def inducing_layers(self):
-        return [(i, l) for i, l in enumerate(self.layers) if isinstance(l, InducingLinear)]
+        return [(i, layer) for i, layer in enumerate(self.layers)
+                if isinstance(layer, InducingLinear)]
 
     def sample_weights(self, gen, sampling="matheron"):
         out = []

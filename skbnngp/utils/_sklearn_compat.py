@@ -4,4 +4,55 @@ from sklearn.base import _fit_context  # noqa: F401
 from sklearn.utils._param_validation import (  # noqa: F401
     HasMethods, Interval, Options, StrOptions, validate_params,
 )
-from sklearn.utils.validation import check_is_fitted, validate_data  # noqa: F401
+from sklearn.utils.validation import check_is_fitted  # noqa: F401
+from sklearn.utils.validation import validate_data as _sklearn_validate_data
+
+_NOT_NUMERIC = ("could not convert", "Unable to convert", "invalid literal")
+
+
+def _first_non_numeric(values):
+    """The first entry of ``values`` that is not a number (None if all are)."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=object).ravel()
+    for v in arr:
+        try:
+            float(v)
+        except (TypeError, ValueError):
+            return v.item() if hasattr(v, "item") else v
+    return None
+
+
+def validate_data(estimator, X="no_validation", y="no_validation", **kwargs):
+    """sklearn's ``validate_data``, whose "could not convert string to float" names the
+    argument (X or y) and the offending value, with a hint for string targets."""
+    try:
+        out = _sklearn_validate_data(estimator, X, y, **kwargs)
+        if kwargs.get("y_numeric") and isinstance(out, tuple):
+            kind = getattr(getattr(out[1], "dtype", None), "kind", "f")
+            if kind in "USO":  # sklearn converts only object arrays
+                bad = _first_non_numeric(out[1])
+                raise ValueError(
+                    f"{type(estimator).__name__}: y must be numeric, but it holds "
+                    + (f"{bad!r}. For class labels use a classifier." if bad is not None
+                       else f"text (dtype {out[1].dtype}); convert it with y.astype(float)."))
+        return out
+    except ValueError as exc:
+        if not any(m in str(exc) for m in _NOT_NUMERIC):
+            raise
+        name = type(estimator).__name__
+        for arg, values in (("X", X), ("y", y)):
+            if isinstance(values, str) or values is None:
+                continue
+            try:
+                bad = _first_non_numeric(values)
+            except Exception:  # an exotic container: keep sklearn's message
+                continue
+            if bad is not None:
+                hint = (" For class labels use a classifier." if arg == "y"
+                        and kwargs.get("y_numeric") else
+                        " Encode text columns first (e.g. sklearn's OneHotEncoder)."
+                        if arg == "X" else "")
+                raise ValueError(f"{name}: {arg} must be numeric, but it holds {bad!r}."
+                                 f"{hint}") from exc
+        raise
