@@ -58,7 +58,7 @@ def _softplus_inv(v):
 
 def trace_penalty(Phi, noise):
     """``tr(C) / (2 noise)`` with ``c_i = max_j |phi_j|^2 - |phi_i|^2`` over the rows of
-    ``Phi`` (eq. 11; the gradient flows through the max, spec decision A5)."""
+    ``Phi`` (eq. 11; the gradient flows through the max)."""
     kappa = Phi.square().sum(1)
     return (Phi.shape[0] * kappa.max() - kappa.sum()) / (2 * noise)
 

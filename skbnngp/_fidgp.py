@@ -1,4 +1,4 @@
-"""Flow-induced diagonal GP classifier (Lin et al., "FiD-GP"; spec 004)."""
+"""Flow-induced diagonal GP classifier (Lin et al., "FiD-GP")."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ PREDICT_ROWS = 4096
 
 def kl_factor(epoch, max_iter, ml_frac, anneal_frac, weight):
     """KL weight ``kappa`` at ``epoch`` (0-based): 0 for the first ``ml_frac`` of the epochs,
-    then a linear ramp over ``anneal_frac`` of them up to ``weight`` (spec 004 §1.8)."""
+    then a linear ramp over ``anneal_frac`` of them up to ``weight``."""
     ml = int(round(ml_frac * max_iter))
     ramp = int(round(anneal_frac * max_iter))
     if epoch < ml:
@@ -43,7 +43,7 @@ def layer_parameter_count(d_out, d_in, rows, cols, flow_hidden=16, flow=True):
 
     ``R d_out + C d_in + 2 R C + R + C + 1`` plus ``3 C H + 2 C + 4 H^2 + 5 H`` for a flow
     (``50 C + 1104`` at ``H = 16``). The authors' code has ``R + C`` more (the omitted
-    ``z_row_rho``/``z_col_rho`` jitter, spec §6.18).
+    ``z_row_rho``/``z_col_rho`` jitter).
     """
     n = rows * d_out + cols * d_in + 2 * rows * cols + rows + cols + 1
     if flow and cols >= 2:
@@ -113,7 +113,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         Penalty ``beta * lambda^2`` per layer (the paper's, with no value given; 0 = the code).
     lambda_lr : float or None, default=None
         A separate learning rate for ``lambda``'s parameter (with Adam at 1e-3 it barely moves;
-        spec §1.8). None: ``learning_rate_init``.
+        see the user guide). None: ``learning_rate_init``.
     init_sd_u, max_sd_u : float, default=1e-3, 0.1
         Initial value and upper clamp of the base posterior std over the inducing matrix.
     kl_weight : float, default=1.0
@@ -150,7 +150,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     ood_projector_hidden : int, default=128
     ood_projector_steps : int, default=300
         Full-batch Adam steps of each projector (the authors' code takes 1, which leaves the
-        score at chance; spec §1.9).
+        score at chance; see the user guide).
     ood_projector_lr : float, default=1e-3
     ood_ridge : float, default=1e-3
         Ridge of the row-space projector ``U^T (U U^T + ridge I)^{-1} U``.
@@ -198,12 +198,12 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
 
     Notes
     -----
-    Decisions against the paper and the authors' code (spec 004 §6, user guide): the flow is on
+    Decisions against the paper and the authors' code: the flow is on
     every FiD-GP layer; the KL is annealed by fractions of ``max_iter`` (the CIFAR script never
     switches it on); the OoD projector is trained for 300 steps on non-augmented rows with the
     sum-reduced pseudo-label cross-entropy, against one fixed draw of ``U`` stored after
     ``fit``; no global random state is touched. Not implemented: batch normalisation and
-    spectral normalisation of the network layers (both optional in the spec).
+    spectral normalisation of the network layers (both optional extensions).
 
     Examples
     --------
@@ -536,7 +536,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         return sorted(set(keys))
 
     def _fit_ood(self, net, Xt, rng, seed):
-        """Fix one weight draw, the key layers' U, their projectors (spec §1.9, §2.3)."""
+        """Fix one weight draw, the key layers' U, their projectors."""
         device, dtype = Xt.device, Xt.dtype
         keys = self._ood_key_layers(net)
         gen = make_generator(seed, device)
@@ -758,8 +758,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         One forward and one backward pass under a fixed weight draw: at each key layer the
         output ``h`` times the gradient of the cross-entropy against the predicted label,
         mapped to R^C by the layer's projector, leaves a residual off the row space of the
-        layer's inducing matrix; the score is its norm averaged over the key layers (spec 004
-        §2.3). No label is needed, and the model is not changed.
+        layer's inducing matrix; the score is its norm averaged over the key layers. No label is
+        needed, and the model is not changed.
 
         Parameters
         ----------

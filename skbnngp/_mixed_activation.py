@@ -1,5 +1,5 @@
 """Mixed-activation NNGP regression with MAP hyperparameters and exact or Nystrom inference
-(de Araujo & Goncalves; spec 001)."""
+(de Araujo & Goncalves)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is
 
 #: Positive hyperparameters, optimised as logarithms (first entries of ``theta_``).
 VARIANCES = ("sigma_b2", "sigma_v2", "sigma_u2", "sigma_a2", "noise_variance")
-#: Default hyperpriors (ours; the paper gives none, spec 001 §1.7 / A4): InvGamma(a, b) for
+#: Default hyperpriors (ours; the paper gives none): InvGamma(a, b) for
 #: the variances, Beta(a, b) for the slope, Dirichlet(a, ..., a) for the weights.
 DEFAULT_PRIORS = {"sigma_b2": (2.0, 1.0), "sigma_v2": (2.0, 1.0), "sigma_u2": (2.0, 1.0),
                   "sigma_a2": (2.0, 1.0), "noise_variance": (2.0, 0.1),
@@ -42,7 +42,7 @@ class _Layout:
     """The raw vector ``theta = [log variances (5), logit(alpha)?, M - 1 mixture logits]``.
 
     The weights are ``softmax([logits, 0])`` (``M = 2``: ``w = sigmoid(logit)``), so they lie
-    strictly inside the simplex (spec 001 §1.5, A13); ``alpha = sigmoid(.)`` stays in (0, 1)
+    strictly inside the simplex; ``alpha = sigmoid(.)`` stays in (0, 1)
     (A15).
     """
 
@@ -149,7 +149,7 @@ default=("tanh", "leaky_relu")
         ``None`` keeps the initial values.
     preset : {"paper"} or None, default=None
         ``"paper"``: the paper's protocol (Adam, learning rate 1e-3, 50 full-batch steps,
-        no box), which barely moves the initial values (spec 001 A6); it overrides
+        no box), which barely moves the initial values; it overrides
         ``optimizer``, ``learning_rate``, ``max_iter``, ``tol`` and ``subset_size``.
     max_iter : int, default=100
     tol : float, default=1e-6
@@ -220,7 +220,7 @@ default=("tanh", "leaky_relu")
 
     Notes
     -----
-    Departures from the paper (spec 001 §6; details in the User Guide): the Nystrom model is
+    Departures from the paper: the Nystrom model is
     ``Q + noise I`` (the paper's eq (22) is singular, A1), with the projected-process (DTC)
     predictive, whose variances lie in ``[0, k(x, x)]`` (A2); variances are optimised as
     logarithms (the paper: softplus); the default optimiser converges where the paper's 50
@@ -338,7 +338,7 @@ default=("tanh", "leaky_relu")
             raise ValueError(f"activations must not repeat an activation, got {acts!r}.")
         if "relu" in acts and "leaky_relu" in acts:
             warnings.warn(f"{type(self).__name__}: 'relu' is nested in 'leaky_relu' (shared "
-                          "slope), so the weights are not identifiable (spec 001 §3.3); only "
+                          "slope), so the weights are not identifiable; only "
                           "the kernel is. Drop one of them for interpretable weights.",
                           UserWarning, stacklevel=3)
         M = len(acts)
@@ -386,7 +386,7 @@ default=("tanh", "leaky_relu")
         return (X - self._X_offset) / self._X_scale
 
     def _select_anchors(self, Xs, rng):
-        """Anchor inputs (scaled space) and their row indices (spec 001 §2.3, A7)."""
+        """Anchor inputs (scaled space) and their row indices."""
         name = type(self).__name__
         if not isinstance(self.anchors, str):
             Z = check_array(self.anchors, dtype=np.float64, input_name="anchors")
@@ -509,7 +509,7 @@ default=("tanh", "leaky_relu")
         box = None if paper else (torch.tensor(lo, dtype=dt, device=dev),
                                   torch.tensor(hi, dtype=dt, device=dev))
 
-        def penalty(th):  # the hyperpriors of the MAP objective (spec 001 §1.7)
+        def penalty(th):  # the hyperpriors of the MAP objective
             rl = th.detach().requires_grad_(True)
             pr = layout.prior(rl, priors)
             grad = torch.autograd.grad(pr, rl)[0] if pr.requires_grad else torch.zeros_like(th)

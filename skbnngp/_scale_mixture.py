@@ -1,6 +1,6 @@
 """Scale priors on the readout variance ``s`` and the mixing distributions they induce.
 
-Conditioned on ``s`` the model is the GP ``y | s ~ N(0, s (K + lambda I))`` (spec 000 §2.4).
+Conditioned on ``s`` the model is the GP ``y | s ~ N(0, s (K + lambda I))``.
 Every quantity needed from the training data is the pair ``(q, logdet)`` with
 ``q = tr(Y^T K_lambda^{-1} Y)`` and ``logdet = log|K_lambda|``, so each prior only has to
 provide
@@ -9,7 +9,7 @@ provide
   differentiable torch scalar (``N = n * C``);
 * ``posterior(...)``: the mixing distribution of ``s`` given the data (``Mixing``);
 * ``prior(...)``: the mixing distribution before seeing data (used by the
-  gradient-descent-trained predictive modes of spec §2.5).
+  gradient-descent-trained predictive modes of the paper's Theorem 3.3).
 
 Private module used only by ``_student_t``; it imports no scikit-learn.
 """
@@ -89,7 +89,7 @@ class Mixing:
 
 
 class InvGammaPrior:
-    """``s ~ InvGamma(shape=a, scale=b)``: the Student-t process in closed form (spec §2.4)."""
+    """``s ~ InvGamma(shape=a, scale=b)``: the Student-t process in closed form."""
 
     name = "invgamma"
     uses = ("prior_shape", "prior_scale")
@@ -132,10 +132,10 @@ class SampledPrior:
     ----------
     kind : {"burr12", "scipy"}
         ``"burr12"``: ``s = prior_scale * S`` with ``S ~ BurrXII(c, d)`` (density
-        ``c d x^(c-1) (1 + x^c)^(-d-1)``, spec §3.2). ``"scipy"``: ``s ~ dist``, a frozen
+        ``c d x^(c-1) (1 + x^c)^(-d-1)``). ``"scipy"``: ``s ~ dist``, a frozen
         scipy.stats distribution supported on (0, inf).
     inference : {"snis", "quadrature"}
-        ``"snis"`` (the paper's algorithm, spec §3.1): ``n_samples`` draws from the prior, fixed
+        ``"snis"`` (the paper's algorithm): ``n_samples`` draws from the prior, fixed
         at fit time, weighted by the likelihood. ``"quadrature"``: trapezoidal rule in
         ``log s`` on a grid centred on the likelihood's mode.
     """

@@ -1,4 +1,4 @@
-"""Student-t processes from scale mixtures of NNGPs (Lee et al., ICLR 2022; spec 000)."""
+"""Student-t processes from scale mixtures of NNGPs (Lee et al., ICLR 2022)."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ class StudentTProcessRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorM
         Hidden-layer bias variance ``sigma_b^2``.
     alpha : float, default=1e-2
         Noise-to-signal ratio ``lambda`` added to the kernel diagonal inside the scaled
-        covariance: ``y | s ~ N(0, s (K + lambda I))`` (spec 000 §2.4).
+        covariance: ``y | s ~ N(0, s (K + lambda I))``.
     alpha_mode : {"absolute", "relative"}, default="absolute"
         ``"relative"`` adds ``alpha * mean(diag K)`` (neural-tangents' ``diag_reg``).
     prior : {"invgamma", "gaussian", "burr12"} or scipy.stats frozen distribution, \
@@ -109,13 +109,13 @@ default="invgamma"
     n_samples : int, default=1000
         Importance samples drawn from the prior.
     predictive : {"posterior", "readout_trained", "ntk_trained"}, default="posterior"
-        Bayesian posterior (spec §2.4), or the prior-mixed limits of gradient-descent
+        Bayesian posterior, or the prior-mixed limits of gradient-descent
         training of the readout only (Thm 3.2) or of all layers (Thm 3.3, NTK).
     include_noise : bool, default=True
         Add ``s * lambda`` to the predictive variance, so that ``predict_dist``, ``predict``'s
         std and ``sample_y`` describe the noisy target ``y``. ``False`` gives the latent ``f``
         (what the paper evaluates, and what sklearn's ``GaussianProcessRegressor(alpha=...)``
-        returns). Departure from spec 000 §2.4, which recommends the latent default: the
+        returns). A departure from the latent default one might expect (see the User Guide): the
         package's contract is that ``predict_dist`` is the distribution of ``y``, and a latent
         predictive covers noisy test targets far below its nominal level.
     ard : bool, default=False
@@ -136,8 +136,8 @@ default="invgamma"
 prior_scale_bounds : pair of floats or "fixed"
         Box for each hyperparameter during marginal-likelihood maximisation, or ``"fixed"``.
         Defaults: ``(1e-2, 1e2)``, ``(1e-5, 1e1)``, ``(1e-6, 1e1)``, ``"fixed"``,
-        ``(1e-3, 1e4)``. The shape is fixed by default (departure from spec 000 §4, which
-        learns it): the marginal likelihood in ``a`` tends to push it to its upper bound, the
+        ``(1e-3, 1e4)``. The shape is fixed by default rather than learned (see the User
+        Guide): the marginal likelihood in ``a`` tends to push it to its upper bound, the
         Gaussian limit, which removes the heavy tails. On 10 draws of 15 training points with
         t(3) noise the test NLL was 1.27 with ``a = 2`` fixed against 2.16 with ``a`` learned
         (2.37 for the Gaussian NNGP). Pass ``prior_shape_bounds=(0.5, 1e4)`` to learn it.
@@ -208,12 +208,12 @@ prior_scale_bounds : pair of floats or "fixed"
     With ``q = y^T (K + lambda I)^{-1} y`` the posterior of ``s`` is
     ``InvGamma(a + n/2, b + q/2)`` and the predictive is Student-t with ``2a + n`` degrees of
     freedom, the NNGP posterior mean, and scale^2 ``(2b + q)/(2a + n) * v`` where ``v`` is the
-    unit-amplitude NNGP posterior variance (spec 000 §2.4). The mean does not depend on the
+    unit-amplitude NNGP posterior variance. The mean does not depend on the
     prior. Multi-output targets share one ``s``.
 
     Departure from the paper: hyperparameters are fitted by L-BFGS with a subset warm start
     rather than 30000 Adam steps, and ``sigma_v^2`` is fixed to 1 (only ``b sigma_v^2`` is
-    identifiable, spec §7 item 9).
+    identifiable).
 
     References
     ----------
@@ -489,7 +489,7 @@ prior_scale_bounds : pair of floats or "fixed"
                                  batch_size=self.batch_size)
             return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
 
-        def block(Xb, cov):  # Thm 3.3 (spec §2.5): mean and Theta' from the NTK
+        def block(Xb, cov):  # Thm 3.3: mean and Theta' from the NTK
             with torch.no_grad():
                 Ks, Ts = eng.kernel(p, Xb, eng.X, ntk=True)
                 mean = Ts @ cache["AT"]
@@ -592,7 +592,7 @@ optional
 
 
 class StudentTProcessClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
-    """Classification by Student-t process regression on one-hot targets (spec 000 §3.3).
+    """Classification by Student-t process regression on one-hot targets.
 
     Classes are encoded as 0/1 one-hot targets (or ``-0.1/0.9`` with
     ``target_coding="centered"``) and fitted by a multi-output
@@ -604,7 +604,7 @@ class StudentTProcessClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstima
     predictive with shared ``s``. Because the class outputs share one variance, it is computed
     deterministically as ``E_s int phi(z) prod_{j != c} Phi((mu_c - mu_j)/sqrt(s v) + z) dz``
     with Gauss-Hermite nodes in ``z`` and quantile nodes of the mixing distribution of ``s``,
-    instead of the spec's Monte Carlo: the same quantity without sampling noise, and its
+    instead of Monte Carlo: the same quantity without sampling noise, and its
     argmax always agrees with ``predict``. Probabilities are floored at 1e-9.
 
     Read more in the :ref:`User Guide <student_t>`.
@@ -716,7 +716,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
     def predict_margin(self, X):
         """Posterior mean of the one-hot outputs (binary: class-1 minus class-0 margin).
 
-        This is the paper's score (spec 000 §3.3): it ignores the predictive variance, so its
+        This is the paper's score: it ignores the predictive variance, so its
         ranking can differ from :meth:`predict_proba`'s. Until version 0.1 it was
         ``decision_function``.
 

@@ -6,7 +6,7 @@ autoregressive machinery: :class:`zuko.flows.MaskedAutoregressiveTransform` with
 :class:`zuko.nn.MaskedMLP` conditioner, its log-determinant and its sequential inverse. What
 zuko lacks and is added here:
 
-* the affine step of spec 004 §1.4, ``y_k = (softplus(a_k) + 1e-3) x_k + b_k``
+* the affine step of the authors' code (nflows' MAF), ``y_k = (softplus(a_k) + 1e-3) x_k + b_k``
   (:class:`SoftplusAffineTransform`; zuko's own affine bounds ``log scale`` differently);
 * dropout inside the conditioner drawn from a local generator, so that training is
   reproducible and the global torch random state is never touched (:class:`SeededDropout`);
@@ -15,7 +15,7 @@ zuko lacks and is added here:
 * modules built with the global random state saved and restored, and their initial weights
   drawn from a seed.
 
-zuko's conditioner differs from nflows' ResidualMADE in two details (spec §1.4): its residual
+zuko's conditioner differs from nflows' ResidualMADE in two details: its residual
 block is ``h + L2(drop(relu(L1(h))))`` without nflows' leading ReLU, and its hidden units
 are assigned to dependency sets cyclically rather than by nflows' degree formula. Both keep
 the transform autoregressive (tested through the Jacobian).
@@ -98,8 +98,8 @@ def _softplus_affine_class():
 class RowMAF(torch.nn.Module):
     """A stack of ``n_transforms`` affine MAF steps acting on the last dimension.
 
-    Steps alternate between the natural and the reversed coordinate order (spec 004 §3.2,
-    ``flow_length > 1``). ``forward(x)`` returns ``(y, log|det dy/dx|)`` with the log-det
+    Steps alternate between the natural and the reversed coordinate order. ``forward(x)`` returns
+    ``(y, log|det dy/dx|)`` with the log-det
     summed over the last dimension; ``inverse(y)`` runs the sequential inverse.
 
     Parameters

@@ -71,7 +71,7 @@ class ExactGP:
     ``mean(diag K)`` when ``relative_noise``). ``marginal(q, logdet, N, C, params)`` maps the
     sufficient statistics ``q = tr(Y^T (K + sI)^-1 Y)`` and ``logdet = log|K + sI|`` to the log
     marginal likelihood; the default is the Gaussian one, and a scale mixture over the
-    amplitude (Student-t process, spec 000) plugs its own formula in here.
+    amplitude (Student-t process) plugs its own formula in here.
 
     ``state(raw)`` returns the factorisation used for prediction: ``{"basis": X, "L":
     chol(K + s I), "LB": None, "dual": (K + s I)^-1 Y, "nll", "q", "logdet", "noise"}``.
@@ -271,7 +271,7 @@ def gp_predict(kernel, params, state, Xq, *, full_cov=False, noise=0.0, batch_si
                block_elements=None):
     """Predictive mean (q x C) and variance (q,) or covariance (q x q) from a ``state``.
 
-    Exact: ``var = k** - |L^-1 k*|^2``. Nystrom (DTC, spec 001 §2.5): with
+    Exact: ``var = k** - |L^-1 k*|^2``. Nystrom (DTC): with
     ``A* = L^-1 K_S*`` and ``B* = L_B^-1 A*``, ``var = k** - |A*|^2 + |B*|^2``. ``noise`` is
     added to the variance (the covariance's diagonal). Rows are processed in blocks.
     """

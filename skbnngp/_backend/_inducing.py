@@ -1,4 +1,4 @@
-"""Inducing-weight Bayesian linear layers (FiD-GP, spec 004 §1) and the network made of them.
+"""Inducing-weight Bayesian linear layers (FiD-GP) and the network made of them.
 
 One :class:`InducingLinear` holds the variational posterior over a small whitened inducing
 matrix ``V`` (R x C) and draws the full weight matrix ``W`` (d_out x d_in, bias as the last
@@ -151,7 +151,7 @@ class InducingLinear(torch.nn.Module):
 
     def joint_prior_sample(self, gen, d_r, d_c, batch=()):
         """A joint prior draw ``(W', U')`` (shapes ``batch + (d_out, d_in)`` and ``batch +
-        (R, C)``) by the Cholesky-free construction of spec §1.5: ``Cov(U') = K_r (x) K_c``
+        (R, C)``) by a Cholesky-free construction: ``Cov(U') = K_r (x) K_c``
         and ``Cov(W', U') = Z_r^T (x) Z_c^T``, for any R and C."""
         z_row, z_col = self.z_row, self.z_col
         R, C = self.rows, self.cols

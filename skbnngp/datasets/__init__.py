@@ -339,13 +339,14 @@ def make_gap_1d(n_samples=100, *, noise=0.1, gap=(-1.0, 1.0), x_range=(-3.0, 3.0
 )
 def make_heavy_tailed(n_samples=300, n_features=1, *, df=1.0, noise=0.8, length_scale=1.0,
                       random_state=None, return_latent=False):
-    """Smooth random function plus Student-t noise (like the ``syn-t`` set of spec 000).
+    """Smooth random function plus Student-t noise (like the paper's ``syn-t`` set).
 
     ``X`` is uniform on ``[-5, 5]^n_features``; ``f`` is a draw from a zero-mean Gaussian
     process with the RBF kernel ``exp(-|x - x'|^2 / (2 length_scale^2))``, approximated by
     1000 random Fourier features (Rahimi & Recht 2007); ``y = f(X) + noise * eps`` with
     ``eps ~ t_df``. The defaults (``df=1``: Cauchy noise, ``noise=0.8``, 300 points) follow
-    spec 000 section 5.1; a Gaussian process with Gaussian noise is not robust to them, while a
+    Lee et al. 2022, section 5.1; a Gaussian process with Gaussian noise is not robust to them,
+    while a
     Student-t process should be.
 
     The function is drawn before the inputs, so one ``random_state`` gives the same ``f``

@@ -5,7 +5,8 @@ The torch functions (:func:`nngp_kernel`, :func:`ntk_kernel`, :func:`layer_varia
 hyperparameters; the activation objects give the Gaussian moments ``E[phi(u) phi(v)]`` they are
 built from; :class:`NNGPKernel` and :class:`NTKKernel` plug them into
 :class:`sklearn.gaussian_process.GaussianProcessRegressor`. The single-hidden-layer kernels
-of spec 001 (:func:`mixed_activation_kernel`, :class:`MixedActivationKernel`) reuse the same
+of the mixed-activation GP (:func:`mixed_activation_kernel`, :class:`MixedActivationKernel`) reuse
+the same
 activation objects.
 """
 
@@ -41,7 +42,7 @@ __all__ = [
     "NTKKernel",
 ]
 
-# Spec 001: single-hidden-layer activation kernels, their mixture and its sklearn adapter.
+# Mixed-activation GP: one-hidden-layer activation kernels, their mixture, sklearn adapter.
 from ._mixture import (  # noqa: E402
     PAPER_ACTIVATIONS,
     MixedActivationKernel,

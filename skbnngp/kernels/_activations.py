@@ -1,7 +1,7 @@
 """Activation objects: Gaussian moments ``E[phi(u) phi(v)]`` of a centred bivariate normal.
 
 Every kernel of the package is built from two functions of a 2x2 covariance block
-``[[k11, k12], [k12, k22]]`` (spec 000, section 2.1):
+``[[k11, k12], [k12, k22]]``:
 
     F(k11, k22, k12)    = E[phi(u) phi(v)]
     Fdot(k11, k22, k12) = E[phi'(u) phi'(v)]        (only the NTK needs it)
@@ -9,7 +9,7 @@ Every kernel of the package is built from two functions of a 2x2 covariance bloc
 with ``(u, v) ~ N(0, [[k11, k12], [k12, k22]])``. The arguments are broadcastable tensors, so
 the same objects serve the deep NNGP recursion of :mod:`skbnngp.kernels._nngp` (``k11`` a
 column, ``k22`` a row, ``k12`` a matrix) and single-hidden-layer kernels of the form
-``E[phi(w.x + b) phi(w.x' + b)]`` (spec 001), whose caller only has to supply the three
+``E[phi(w.x + b) phi(w.x' + b)]``, whose caller only has to supply the three
 covariances.
 
 Closed forms (:class:`ReLU`, :class:`LeakyReLU`, :class:`Erf`) run through one custom autograd
@@ -86,7 +86,7 @@ def _relu_s(k11, k22, k12):
 
 
 def _relu_values(k11, k22, k12):
-    # Arc-cosine kernel of order 1 (Cho & Saul 2009), atan2 form (spec 000, section 2.1):
+    # Arc-cosine kernel of order 1 (Cho & Saul 2009), atan2 form:
     #   theta = atan2(s, k12),  F = (s + (pi - theta) k12) / (2 pi),  Fdot = (pi - theta)/(2 pi)
     s = _relu_s(k11, k22, k12)
     fdot = 0.5 - torch.atan2(s, k12) / _TWO_PI
@@ -124,7 +124,7 @@ def _erf_r2(k11, k22, k12):
 
 def _erf_values(k11, k22, k12):
     # Williams (1997): F = (2/pi) atan2(2 k12, r), Fdot = (4/pi) / r,
-    # r = sqrt((1 + 2 k11)(1 + 2 k22) - 4 k12^2)   (spec 000, section 2.1, NT form)
+    # r = sqrt((1 + 2 k11)(1 + 2 k22) - 4 k12^2)
     r = _erf_r2(k11, k22, k12).sqrt()
     f = torch.atan2(2.0 * k12, r) * (2.0 / _PI)
     fdot = (4.0 / _PI) / r
@@ -214,7 +214,7 @@ class Activation:
 
     Notes
     -----
-    For ``(u, v) ~ N(0, [[k11, k12], [k12, k22]])`` (spec 000, section 2.1)::
+    For ``(u, v) ~ N(0, [[k11, k12], [k12, k22]])``::
 
         F(k11, k22, k12)    = E[phi(u) phi(v)]
         Fdot(k11, k22, k12) = E[phi'(u) phi'(v)]
@@ -322,7 +322,7 @@ class LeakyReLU(Activation):
         F_diag(k) = (1 + a^2) k / 2,   Fdot_diag(k) = (1 + a^2) / 2
 
     with the arc-cosine forms of :class:`ReLU`. This is neural-tangents' ``ABRelu(a, 1)`` and
-    spec 001's ``B_alpha``.
+    the mixed-activation paper's ``B_alpha``.
 
     Examples
     --------
@@ -431,7 +431,7 @@ class ReLU(LeakyReLU):
 
     Notes
     -----
-    In the atan2 form of spec 000, section 2.1 (neural-tangents ``ABRelu(0, 1)``)::
+    In the atan2 form (Cho & Saul 2009; neural-tangents ``ABRelu(0, 1)``)::
 
         s     = sqrt(max(k11 k22 - k12^2, 0)),   theta = atan2(s, k12) in [0, pi]
         F     = (s + (pi - theta) k12) / (2 pi)
@@ -466,7 +466,7 @@ class Erf(Activation):
 
     Notes
     -----
-    Spec 000, section 2.1 (neural-tangents ``Erf(a=1, b=1, c=0)``), with
+    Williams (1997) (neural-tangents ``Erf(a=1, b=1, c=0)``), with
     ``r = sqrt((1 + 2 k11)(1 + 2 k22) - 4 k12^2) >= 1``::
 
         F    = (2 / pi) arcsin(2 k12 / sqrt((1 + 2 k11)(1 + 2 k22))) = (2 / pi) atan2(2 k12, r)
@@ -644,9 +644,9 @@ class QuadratureActivation(Activation):
     averaged with the same rule for the swapped pair ``(v, u)`` so that the kernel is exactly
     symmetric; ``Fdot`` is the same with ``phi'``. To keep values and autograd gradients finite at
     ``x = x'`` (``L22 = 0``) and ``x = 0`` (``L11 = 0``), ``delta = 4 eps (1 + k11 + k22)`` is
-    added under both square roots, a relative change of order ``eps`` (spec 000, section 4).
+    added under both square roots, a relative change of order ``eps``.
     Smooth activations converge fast (40 nodes reach ~1e-12 for tanh); kinked ones slowly
-    (ReLU needs about 60 nodes for 1e-6, spec 000, section 8 item 15).
+    (ReLU needs about 60 nodes for 1e-6).
     """
 
     name = "quadrature"
@@ -725,7 +725,8 @@ class Tanh(QuadratureActivation):
 
     Notes
     -----
-    No closed form exists. Spec 001 approximates ``tanh(u)`` by ``erf(sqrt(pi) u / 2)``, whose
+    No closed form exists. The mixed-activation paper approximates ``tanh(u)`` by ``erf(sqrt(pi) u
+    / 2)``, whose
     moments are those of :class:`Erf` at ``(pi / 4) k``; that surrogate differs from this
     exact quadrature by up to about 0.03.
     """

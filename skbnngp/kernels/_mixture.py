@@ -1,8 +1,9 @@
-"""Single-hidden-layer activation kernels in spec 001's parameterisation and their mixture.
+"""Single-hidden-layer activation kernels in the mixed-activation paper's parameterisation and
+their mixture.
 
 For one hidden layer ``z_j(x) = a_j + u_j . x`` with ``a_j ~ N(0, sigma_a2)`` and
-``u_ji ~ N(0, sigma_u2)`` (no 1/d fan-in scaling, spec 001 §1.1), the pre-activations of two
-inputs are a centred bivariate normal with (spec 001 §1.2)::
+``u_ji ~ N(0, sigma_u2)`` (no 1/d fan-in scaling), the pre-activations of two
+inputs are a centred bivariate normal with::
 
     k11 = s^2(x)  = sigma_a2 + sigma_u2 |x|^2
     k22 = s^2(x') = sigma_a2 + sigma_u2 |x'|^2
@@ -26,7 +27,7 @@ so ``E[h(Z) h(Z')]`` is the Gaussian moment ``F(k11, k22, k12)`` of the activati
     ``leaky_slope = alpha`` in (0, 1).
 
 An :class:`~skbnngp.kernels.Activation` instance may stand in for a name (for example
-:class:`~skbnngp.kernels.Tanh`, the exact tanh by quadrature, spec 001 A17).
+:class:`~skbnngp.kernels.Tanh`, the exact tanh by quadrature).
 
 The mixture (eqs (13)-(15)) is ``K = sigma_b2 + sigma_v2 sum_m w_m k_m`` with weights on the
 simplex; :class:`MixedActivationKernel` is its scikit-learn adapter.
@@ -54,7 +55,7 @@ __all__ = [
     "MixedActivationKernel",
 ]
 
-#: The activation names of spec 001 (in the paper's order).
+#: The activation names of the mixed-activation paper (in the paper's order).
 PAPER_ACTIVATIONS = ("tanh", "sigmoid", "relu", "leaky_relu")
 
 _ERF = Erf()
@@ -81,7 +82,7 @@ def _check_slope(leaky_slope, like):
 
 
 def preactivation_covariances(X1, X2=None, *, sigma_a2=1.0, sigma_u2=1.0):
-    """Variances and covariance of the pre-activations ``Z = a + u . x`` (spec 001 §1.2).
+    """Variances and covariance of the pre-activations ``Z = a + u . x``.
 
     Parameters
     ----------
@@ -132,7 +133,7 @@ def _component(activation, k11, k22, k12, slope):
 
 
 def _component_diag(activation, k, slope):
-    """``E[h(Z)^2]`` (spec 001 §7 T3 closed forms)."""
+    """``E[h(Z)^2]``."""
     if activation == "tanh":
         return _ERF.F_diag(_TANH_SCALE * k)
     if activation == "sigmoid":
@@ -146,7 +147,7 @@ def _component_diag(activation, k, slope):
 
 def activation_kernel(X1, X2=None, *, activation="tanh", sigma_a2=1.0, sigma_u2=1.0,
                       leaky_slope=0.5, diag=False):
-    """``k_h(x, x') = E[h(a + u.x) h(a + u.x')]`` for one activation (spec 001 §1.3).
+    """``k_h(x, x') = E[h(a + u.x) h(a + u.x')]`` for one activation.
 
     Parameters
     ----------
@@ -173,7 +174,7 @@ def activation_kernel(X1, X2=None, *, activation="tanh", sigma_a2=1.0, sigma_u2=
     >>> import torch
     >>> from skbnngp.kernels import activation_kernel
     >>> x = torch.tensor([[0.3, -0.2, 0.5], [-0.1, 0.4, 0.2]], dtype=torch.float64)
-    >>> activation_kernel(x, activation="relu")[0, 1]  # spec 001 §7 T5
+    >>> activation_kernel(x, activation="relu")[0, 1]
     tensor(0.5172, dtype=torch.float64)
     """
     act = _check_activation(activation)
@@ -210,7 +211,7 @@ def mixed_activation_kernel(X1, X2=None, *, sigma_b2=1.0, sigma_v2=1.0, sigma_u2
                             activations=("tanh", "leaky_relu"), diag=False):
     """Mixed-activation NNGP kernel ``sigma_b2 + sigma_v2 sum_m w_m k_m(x, x')``.
 
-    Eqs (13)-(15) of spec 001: the covariance of an infinitely wide single-hidden-layer
+    Eqs (13)-(15) of the paper: the covariance of an infinitely wide single-hidden-layer
     network whose additive blocks share the pre-activations and use the activations
     ``activations``. The default is the paper's reduced kernel (15),
     ``sigma_b2 + sigma_v2 [w A + (1 - w) B_alpha]``.
@@ -239,7 +240,7 @@ default=("tanh", "leaky_relu")
     Notes
     -----
     Every component is a covariance, so ``K`` is positive semi-definite for every parameter
-    value (spec 001 §3.1); the tanh and sigmoid components are exact covariances of erf
+    value; the tanh and sigmoid components are exact covariances of erf
     networks, so this holds exactly, not approximately.
 
     Examples
@@ -247,7 +248,7 @@ default=("tanh", "leaky_relu")
     >>> import torch
     >>> from skbnngp.kernels import mixed_activation_kernel
     >>> x = torch.tensor([[0.3, -0.2, 0.5], [-0.1, 0.4, 0.2]], dtype=torch.float64)
-    >>> mixed_activation_kernel(x)[0, 1]  # spec 001 §7 T5: 1.48362296
+    >>> mixed_activation_kernel(x)[0, 1]  # 1.48362296
     tensor(1.4836, dtype=torch.float64)
     """
     if isinstance(activations, (str, Activation)) or len(activations) == 0:
@@ -283,7 +284,7 @@ _SCALARS = ("sigma_b2", "sigma_v2", "sigma_u2", "sigma_a2", "leaky_slope")
 
 
 class MixedActivationKernel(Kernel):
-    """Mixed-activation NNGP kernel (spec 001 eq (15)) as a scikit-learn kernel.
+    """Mixed-activation NNGP kernel) as a scikit-learn kernel.
 
     ``k(x, x') = sigma_b2 + sigma_v2 sum_m w_m k_m(x, x')`` with the single-hidden-layer
     activation kernels ``k_m`` of :func:`activation_kernel`. A single activation
@@ -302,7 +303,7 @@ class MixedActivationKernel(Kernel):
     mix_odds : float or array-like of shape (n_activations - 1,), default=1.0
         Mixture weights as odds against the last component, ``w_m = o_m / (1 + sum o)``
         (``m < M``) and ``w_M = 1 / (1 + sum o)``: scikit-learn optimises ``log(o)``, which is
-        the softmax (``M = 2``: logit) parameterisation of spec 001 §1.5. A scalar with more
+        the softmax (``M = 2``: logit) parameterisation (see the User Guide). A scalar with more
         than two activations ties the odds of the first ``M - 1`` components (one
         hyperparameter); pass an array for independent ones. Ignored for one activation.
     activations : tuple, default=("tanh", "leaky_relu")

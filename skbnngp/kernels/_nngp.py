@@ -1,4 +1,4 @@
-"""Fully connected NNGP and NTK kernels in pure torch (spec 000, sections 2.1-2.2).
+"""Fully connected NNGP and NTK kernels in pure torch.
 
 Conventions (neural-tangents ``stax``: ``L x [Dense(W_std, b_std), phi]`` then a readout
 ``Dense(W_std=1)`` without bias), with ``w = weight_variance``, ``b = bias_variance``::
@@ -12,8 +12,7 @@ Conventions (neural-tangents ``stax``: ``L x [Dense(W_std, b_std), phi]`` then a
     Thetabar  = Kbar  +   Fdot(K^(L-1)) Theta^(L-1)
 
 ``F`` and ``Fdot`` are the Gaussian moments of the activation
-(:mod:`skbnngp.kernels._activations`). The readout variance is 1 (spec 000 scales it
-separately).
+(:mod:`skbnngp.kernels._activations`). The readout variance is 1.
 
 Performance. A kernel of ``n1 x n2`` entries is evaluated by one custom autograd function
 for the closed-form activations (ReLU, LeakyReLU, erf): every layer runs in place in a few
@@ -108,7 +107,7 @@ def layer_variances(X, *, depth=1, weight_variance=2.0, bias_variance=0.0, activ
 
     Notes
     -----
-    The exact diagonal recursion (spec 000, section 2.1, with ``F(k, k, k) = F_diag(k)``)::
+    The exact diagonal recursion = F_diag(k)``)::
 
         k_0 = w |x|^2 / d + b,   k_l = w F_diag(k_{l-1}) + b,   Kbar = F_diag(k_{L-1})
         t_0 = k_0,   t_l = k_l + w Fdot_diag(k_{l-1}) t_{l-1}
@@ -397,7 +396,7 @@ def nngp_kernel(
     diag=False,
     return_ntk=False,
 ):
-    """NNGP kernel ``Kbar`` of a fully connected network (spec 000, section 2.1).
+    """NNGP kernel ``Kbar`` of a fully connected network.
 
     Parameters
     ----------
@@ -416,7 +415,7 @@ def nngp_kernel(
     diag : bool, default=False
         Return only the diagonal ``Kbar(x, x)`` of ``X1`` (``X2`` is ignored).
     return_ntk : bool, default=False
-        Also return the NTK ``Thetabar`` (spec 000, section 2.2).
+        Also return the NTK ``Thetabar``.
 
     Returns
     -------
@@ -428,7 +427,7 @@ def nngp_kernel(
     Neural-tangents conventions: input kernel ``w x.x'/d + b``, ``L`` hidden layers
     ``K <- w F(K) + b``, readout ``Kbar = F(K^(L-1))`` with unit variance and no bias; the NTK
     follows ``Theta <- K_new + w Fdot(K) Theta`` (see the module docstring). Values match
-    neural-tangents 0.6.5 to 1e-10 (spec 000, section 8 item 13).
+    neural-tangents 0.6.5 to 1e-10.
 
     Examples
     --------
@@ -467,7 +466,7 @@ def ntk_kernel(
     activation="relu",
     diag=False,
 ):
-    """NTK ``Thetabar`` of a fully connected network in NTK parameterisation (spec 000, 2.2).
+    """NTK ``Thetabar`` of a fully connected network in NTK parameterisation.
 
     Parameters and conventions are those of :func:`nngp_kernel`, which returns this kernel
     together with the NNGP when called with ``return_ntk=True``.

@@ -31,8 +31,7 @@ class NNGPKernel(Kernel):
 
     ``k(x, x') = Kbar(x, x')``: the infinite-width covariance of a network with ``depth``
     hidden layers of activation ``activation``, weight variance ``weight_variance``, bias
-    variance ``bias_variance`` and a unit-variance readout without bias (spec 000, section
-    2.1; neural-tangents conventions). Multiply by a
+    variance ``bias_variance`` and a unit-variance readout without bias. Multiply by a
     :class:`~sklearn.gaussian_process.kernels.ConstantKernel` for an output scale and add a
     :class:`~sklearn.gaussian_process.kernels.WhiteKernel` for noise.
 
@@ -207,8 +206,8 @@ class NNGPKernel(Kernel):
 class NTKKernel(NNGPKernel):
     """Neural tangent kernel of a deep fully connected network, as a scikit-learn kernel.
 
-    ``k(x, x') = Thetabar(x, x')`` in NTK parameterisation with a unit readout (spec 000,
-    section 2.2). Parameters, bounds and gradients are those of :class:`NNGPKernel`.
+    ``k(x, x') = Thetabar(x, x')`` in NTK parameterisation with a unit readout. Parameters, bounds
+    and gradients are those of :class:`NNGPKernel`.
 
     Parameters
     ----------
