@@ -6,11 +6,16 @@ NumPy arrays go in and come out.
 
 __version__ = "0.1.0.dev0"
 
-from ._dbk import DBKRegressor  # noqa: E402
-from ._fidgp import FiDGPClassifier  # noqa: E402
-from ._mixed_activation import MixedActivationGPRegressor  # noqa: E402
-from ._rich_bll import RichBLLRegressor  # noqa: E402
-from ._student_t import StudentTProcessClassifier, StudentTProcessRegressor  # noqa: E402
+# The estimators are imported on first use (PEP 562), so that ``import skbnngp`` and
+# ``skbnngp --help`` do not load torch and scikit-learn.
+_ESTIMATORS = {
+    "StudentTProcessRegressor": "._student_t",
+    "StudentTProcessClassifier": "._student_t",
+    "MixedActivationGPRegressor": "._mixed_activation",
+    "DBKRegressor": "._dbk",
+    "RichBLLRegressor": "._rich_bll",
+    "FiDGPClassifier": "._fidgp",
+}
 
 __all__ = [
     "StudentTProcessRegressor",
@@ -28,6 +33,15 @@ def __getattr__(name):
     # imported on first access so that ``import skbnngp`` stays light.
     import importlib
 
-    if name in {"kernels", "metrics", "datasets", "distributions", "exceptions", "utils"}:
+    if name in _ESTIMATORS:
+        value = getattr(importlib.import_module(_ESTIMATORS[name], __name__), name)
+        globals()[name] = value
+        return value
+    if name in {"kernels", "metrics", "datasets", "distributions", "exceptions", "utils",
+                "compare"}:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'skbnngp' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ESTIMATORS))

@@ -12,6 +12,8 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.model_selection import KFold
 
 from skbnngp import cli, metrics
+from skbnngp.compare import _common, _registry, _report
+from skbnngp.compare import _run as compare_run
 from skbnngp.utils import all_estimators
 
 FAST = ["--folds", "2", "--max-iter", "5", "--device", "cpu", "--quiet", "--n-jobs", "1"]
@@ -87,10 +89,10 @@ def test_compare_metrics_match_a_direct_computation(regression_csv, tmp_path):
     X, y = data[:, :3], data[:, 3]
     folds = KFold(2, shuffle=True, random_state=3).split(X)
     for k, (train, test) in enumerate(folds):
-        pipe = cli._build("GaussianProcessRegressor", cli._candidates("regression"), 3,
+        pipe = _registry._build("GaussianProcessRegressor", _registry._candidates("regression"), 3,
                           cli.build_parser().parse_args(["compare", "--random-state", "3"]))
         pipe.fit(X[train], y[train])
-        dist = cli._predictive(pipe, X[test])
+        dist = compare_run._predictive(pipe, X[test])
         mean, std = pipe.predict(X[test], return_std=True)
         got = report["fold_results"][k]["metrics"]
         assert report["fold_results"][k]["fold"] == k
@@ -151,7 +153,7 @@ class _Broken(RegressorMixin, BaseEstimator):
 
 def test_a_failing_estimator_is_reported_and_the_run_goes_on(regression_csv, tmp_path,
                                                             monkeypatch):
-    monkeypatch.setitem(cli.SKLEARN_BASELINES, "regression",
+    monkeypatch.setitem(_registry.SKLEARN_BASELINES, "regression",
                         ("BrokenRegressor", ("broken",), lambda d: _Broken()))
     status, out, err = _run(["compare", "--csv", str(regression_csv), "--target", "y",
                              "-e", "broken", "stp", "-o", str(tmp_path / "o"), "--folds", "2",
@@ -170,9 +172,9 @@ def test_a_failing_estimator_is_reported_and_the_run_goes_on(regression_csv, tmp
 def test_default_estimators_are_discovered():
     for task, kind, baseline in (("regression", "regressor", "GaussianProcessRegressor"),
                                  ("classification", "classifier", "GaussianProcessClassifier")):
-        names, _ = cli._resolve_estimators(None, task)
+        names, _ = _registry._resolve_estimators(None, task)
         assert names == [n for n, _ in all_estimators(kind)] + [baseline]
-    names, _ = cli._resolve_estimators(["STP,gpr", "studenttprocessregressor"], "regression")
+    names, _ = _registry._resolve_estimators(["STP,gpr", "studenttprocessregressor"], "regression")
     assert names == ["StudentTProcessRegressor", "GaussianProcessRegressor"]
     status, out, _ = _run(["compare", "--list"])
     assert status == 0
@@ -234,13 +236,25 @@ def test_console_entry_point_exit_status(tmp_path):
 
 def test_format_table():
     summary = {"A": {"n_folds": 2, **{m.key: {"mean": 1.23456, "std": 0.1}
-                                      for m in cli.REGRESSION_METRICS}},
+                                      for m in _common.REGRESSION_METRICS}},
                "B": {"n_folds": 0, **{m.key: {"mean": None, "std": None}
-                                      for m in cli.REGRESSION_METRICS}}}
-    md = cli.format_table(summary, "regression", markdown=True).splitlines()
+                                      for m in _common.REGRESSION_METRICS}}}
+    md = _report.format_table(summary, "regression", markdown=True).splitlines()
     assert md[0] == ("| estimator | RMSE | NLPD | CRPS | cov 90% | cov 95% | width 95% | "
                      "cal. err | fit s | predict s |")
     assert md[2].startswith("| `A` | 1.23 ± 0.10 | 1.23 ± 0.10 | 1.23 ± 0.10 | 1.235 ± 0.100 |")
     assert md[3] == "| `B` | " + " | ".join(["failed"] * 9) + " |"
-    text = cli.format_table(summary, "regression").splitlines()
+    text = _report.format_table(summary, "regression").splitlines()
     assert len({len(line.rstrip()) for line in text[:2]}) == 1 and "1.23±0.10" in text[2]
+
+
+def test_help_is_fast_and_loads_neither_torch_nor_sklearn():
+    """``skbnngp --help`` answers without importing the heavy libraries (it took 4 s)."""
+    code = ("import sys, io, contextlib\n"
+            "from skbnngp.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('torch', 'sklearn', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"

@@ -1,0 +1,275 @@
+"""The cross-validation runner: one fit per (estimator, fold) in parallel, scored through the
+predictive, then summarised and reported."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+from sklearn.base import clone
+from sklearn.metrics import accuracy_score, log_loss
+from sklearn.model_selection import KFold, StratifiedKFold
+
+from ._common import N_BINS, N_LEVELS, PROG, UsageError, _metrics_for
+from ._data import _load
+from ._registry import (
+    _alias_table,
+    _build,
+    _candidates,
+    _resolve_estimators,
+    _short_names,
+)
+from ._report import (
+    _environment,
+    _figure,
+    _jsonable,
+    _legend,
+    _markdown,
+    _warning_lines,
+    format_table,
+)
+
+
+def _predictive(model, X):
+    """Predictive distribution of y from a fitted pipeline (Gaussian from mean and std)."""
+    final, Xt = model[-1], model[:-1].transform(X)
+    if hasattr(final, "predict_dist"):
+        return final.predict_dist(Xt)
+    mean, std = final.predict(Xt, return_std=True)
+    return stats.norm(mean, std)
+
+
+def _score_regression(y, dist):
+    from .. import metrics
+
+    nominal, observed = metrics.calibration_curve_regression(y, dist, n_levels=N_LEVELS)
+    point = np.asarray(dist.median(), dtype=np.float64)
+    return {
+        "rmse": float(np.sqrt(np.mean((point - y) ** 2))),
+        "mae": float(np.mean(np.abs(point - y))),
+        "nlpd": metrics.nlpd(y, dist),
+        "crps": metrics.crps(y, dist),
+        "coverage_90": metrics.interval_coverage(y, dist, 0.90),
+        "coverage_95": metrics.interval_coverage(y, dist, 0.95),
+        "width_90": metrics.interval_width(dist, 0.90),
+        "width_95": metrics.interval_width(dist, 0.95),
+        "calibration_error": float(np.mean(np.abs(observed - nominal))),
+    }, {"nominal": nominal.tolist(), "observed": observed.tolist()}
+
+
+def _score_classification(y, proba, classes):
+    from ..metrics import expected_calibration_error
+
+    conf, pred = proba.max(axis=1), classes[proba.argmax(axis=1)]
+    correct = (pred == y).astype(np.float64)
+    bins = np.clip(np.ceil(conf * N_BINS).astype(int) - 1, 0, N_BINS - 1)
+    return {
+        "accuracy": accuracy_score(y, pred),
+        "nll": log_loss(y, proba, labels=classes),
+        "ece": expected_calibration_error(y, proba, labels=classes),
+    }, {"count": np.bincount(bins, minlength=N_BINS).tolist(),
+        "confidence_sum": np.bincount(bins, conf, N_BINS).tolist(),
+        "correct_sum": np.bincount(bins, correct, N_BINS).tolist()}
+
+
+def _run_one(name, fold, pipe, X, y, train, test, task, threads):
+    """Fit one pipeline on one fold and score it; errors and warnings are recorded."""
+    from threadpoolctl import threadpool_limits
+
+    record = {"estimator": name, "fold": fold, "n_train": int(train.size),
+              "n_test": int(test.size), "metrics": {}, "curve": None, "error": None,
+              "warnings": {}}
+    with warnings.catch_warnings(record=True) as caught, threadpool_limits(threads):
+        warnings.simplefilter("always")
+        try:
+            model = clone(pipe)
+            start = time.perf_counter()
+            model.fit(X[train], y[train])
+            fit_s = time.perf_counter() - start
+            start = time.perf_counter()
+            if task == "regression":
+                out = _predictive(model, X[test])
+                predict_s = time.perf_counter() - start
+                scores, curve = _score_regression(y[test], out)
+            else:
+                out = np.asarray(model.predict_proba(X[test]), dtype=np.float64)
+                predict_s = time.perf_counter() - start
+                scores, curve = _score_classification(y[test], out, model.classes_)
+            record["metrics"] = {k: float(v) for k, v in scores.items()}
+            record["metrics"].update(fit_s=fit_s, predict_s=predict_s)
+            record["curve"] = curve
+        except Exception as exc:  # noqa: BLE001 - one failed fit is reported, the run goes on
+            text = str(exc).strip().splitlines()
+            record["error"] = f"{type(exc).__name__}: {text[0] if text else ''}"
+    for w in caught:
+        key = f"{w.category.__name__}: {(str(w.message).strip().splitlines() or [''])[0][:300]}"
+        record["warnings"][key] = record["warnings"].get(key, 0) + 1
+    return record
+
+
+# ============================================================================ progress
+class _Progress:
+    """A one-line progress bar on a stream (a line per step when it is not a terminal)."""
+
+    def __init__(self, total, stream, enabled, width=24):
+        self.total, self.stream, self.enabled, self.width = total, stream, enabled, width
+        self.done, self.start = 0, time.perf_counter()
+        self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
+        self._draw("starting")
+
+    def _draw(self, label):
+        if not self.enabled:
+            return
+        filled = int(self.width * self.done / max(self.total, 1))
+        secs = int(time.perf_counter() - self.start)
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} fits "
+                f"{secs // 60}:{secs % 60:02d}  {label}")
+        if self.tty:
+            cols = shutil.get_terminal_size().columns - 1
+            self.stream.write("\r" + line[:cols].ljust(cols))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def step(self, label):
+        self.done += 1
+        self._draw(label)
+
+    def close(self):
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# ============================================================================ summary
+def _summarise(records, names, task):
+    summary = {}
+    for name in names:
+        rows = [r for r in records if r["estimator"] == name and r["error"] is None]
+        entry = {"n_folds": len(rows)}
+        for m in _metrics_for(task):
+            vals = np.array([r["metrics"][m.key] for r in rows], dtype=np.float64)
+            entry[m.key] = ({"mean": float(vals.mean()), "std": float(vals.std())}
+                            if vals.size else {"mean": None, "std": None})
+        summary[name] = entry
+    return summary
+
+
+
+
+def _print_list(out):
+    from ..datasets import list_datasets
+
+    for task in ("regression", "classification"):
+        candidates = _candidates(task)
+        short = _short_names(candidates, _alias_table(candidates))
+        out.write(f"{task} estimators (compare runs all of them by default):\n")
+        for name, (source, _, _) in candidates.items():
+            alias = f"  aliases: {', '.join(short[name])}" if short[name] else ""
+            out.write(f"  {name:34s} {source}{alias}\n")
+        out.write(f"{task} data sets: {', '.join(list_datasets(task))}\n")
+
+
+def _check_device(device):
+    from .._backend import resolve_device
+
+    try:
+        return str(resolve_device(device))
+    except (ValueError, RuntimeError, TypeError) as exc:
+        raise UsageError(f"--device {device!r}: {str(exc).splitlines()[0]}") from None
+
+
+
+
+def _compare(args, argv, out, err):
+    """Run ``skbnngp compare``; returns the exit status."""
+    from joblib import Parallel, delayed, effective_n_jobs
+
+    if args.list:
+        _print_list(out)
+        return 0
+    data = _load(args)
+    names, candidates = _resolve_estimators(args.estimators, data.task)
+    device = _check_device(args.device)
+    if args.n_jobs == 0:
+        raise UsageError("--n-jobs must not be 0 (1: one fit at a time, -1: every core)")
+    out_dir = Path(args.output_dir or f"skbnngp-compare-{data.name}")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create output directory {str(out_dir)!r}: {exc}") from None
+
+    d = data.X.shape[1]
+    pipes = {name: _build(name, candidates, d, args) for name in names}
+    splitter = (KFold if data.task == "regression" else StratifiedKFold)(
+        n_splits=args.folds, shuffle=True, random_state=args.random_state)
+    folds = list(splitter.split(data.X, data.y))
+    tasks = [(name, k, train, test) for k, (train, test) in enumerate(folds) for name in names]
+    n_jobs = min(effective_n_jobs(args.n_jobs), len(tasks))
+
+    start = time.perf_counter()
+    bar = _Progress(len(tasks), err, enabled=not args.quiet)
+    records = []
+    results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+        delayed(_run_one)(name, k, pipes[name], data.X, data.y, train, test, data.task,
+                          args.threads) for name, k, train, test in tasks)
+    for record in results:
+        records.append(record)
+        status = "failed" if record["error"] else "done"
+        bar.step(f"{record['estimator']} fold {record['fold'] + 1}/{args.folds} {status}")
+    bar.close()
+    total = time.perf_counter() - start
+    records.sort(key=lambda r: (names.index(r["estimator"]), r["fold"]))
+
+    summary = _summarise(records, names, data.task)
+    report = {
+        "command": " ".join([PROG, "compare"] + list(argv)),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "environment": _environment(),
+        "task": data.task,
+        "data": {"name": data.name, "source": data.source, "n_samples": int(data.X.shape[0]),
+                 "n_features": d, "target": data.target_name,
+                 "feature_names": data.feature_names},
+        "folds": args.folds, "cv": splitter.__class__.__name__,
+        "random_state": args.random_state, "device": device, "n_jobs": n_jobs,
+        "threads": args.threads, "scaling": "Pipeline([StandardScaler(), estimator])",
+        "estimators": {n: {"source": candidates[n][0],
+                           "repr": " ".join(repr(pipes[n][-1]).split())} for n in names},
+        "metrics": {m.key: {"header": m.header, "kind": m.kind}
+                    for m in _metrics_for(data.task)},
+        "summary": summary, "total_seconds": total, "notes": data.notes,
+        "problems": _warning_lines(records, names), "figure": None, "fold_results": records,
+    }
+    try:
+        if _figure(out_dir / "calibration.png", report, records):
+            report["figure"] = "calibration.png"
+        else:
+            report["notes"].append("calibration.png not written: install matplotlib "
+                                   "(pip install 'skbnngp[examples]')")
+    except Exception as exc:  # noqa: BLE001 - the table and reports still get written
+        report["notes"].append(f"calibration.png not written: {type(exc).__name__}: {exc}")
+    table = format_table(summary, data.task)
+    (out_dir / "report.md").write_text(
+        _markdown(report, format_table(summary, data.task, markdown=True)), encoding="utf-8")
+    (out_dir / "report.json").write_text(
+        json.dumps(_jsonable(report), indent=1) + "\n", encoding="utf-8")
+
+    out.write(f"{data.name}: {data.X.shape[0]} samples x {d} features, {data.task}, "
+              f"{args.folds}-fold CV, inputs standardised (StandardScaler in a Pipeline)\n\n")
+    out.write(table + "\n\n" + _legend(data.task, args.folds) + "\n")
+    for line in report["notes"] + report["problems"]:
+        line = line.replace("`", "")
+        out.write(f"note: {line[:157] + '...' if len(line) > 160 else line}\n")
+    out.write(f"wall time {total:.0f} s; report: {out_dir / 'report.md'}\n")
+    failed = sum(r["error"] is not None for r in records)
+    if failed:
+        err.write(f"{PROG} compare: {failed} of {len(records)} fits failed; see "
+                  f"{out_dir / 'report.md'}\n")
+        return 1
+    return 0
