@@ -67,6 +67,11 @@ def _compare_parser(subparsers):
                    help=f"K of K-fold cross-validation (default: {DEFAULT_FOLDS})")
     p.add_argument("--max-samples", type=_int_at_least(4), default=None, metavar="N",
                    help="use a random subset of N rows")
+    p.add_argument("--time-budget", type=_non_negative_float, default=300.0, metavar="SECONDS",
+                   help="wall-clock budget of the cross-validation (default: 300). Each model's "
+                   "fit time is estimated from two small timed fits first; a model that would "
+                   "exceed its share is trained on a random subset of the rows, and the report "
+                   "says so. 0: no budget")
     p.add_argument("--max-iter", type=_int_at_least(1), default=None, metavar="N",
                    help="max_iter of every estimator that has one (default: its own)")
     p.add_argument("--device", default="auto",
@@ -87,6 +92,16 @@ def _compare_parser(subparsers):
                    help="list the estimator and data set names, then exit")
     p.set_defaults(func=_compare)
     return p
+
+
+def _non_negative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
 
 
 def _int_at_least(low):

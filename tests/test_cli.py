@@ -258,3 +258,24 @@ def test_help_is_fast_and_loads_neither_torch_nor_sklearn():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_time_budget_subsamples_a_slow_model_and_says_so(tmp_path):
+    """A model whose estimated fit time exceeds its share of --time-budget is trained on a
+    random subset of the rows; the report says so and the model stays in the table."""
+    status, out, err = _run(["compare", "concrete", "-e", "gpr", "--folds", "2", "--quiet",
+                             "--n-jobs", "1", "--time-budget", "0.01", "-o", str(tmp_path)])
+    assert status == 0, err
+    report = json.loads((tmp_path / "report.json").read_text())
+    rows = report["subsampled"]["GaussianProcessRegressor"]
+    assert 50 <= rows < 515
+    assert all(r["n_train"] == rows and r["n_train_available"] > rows
+               for r in report["fold_results"])
+    assert "trained on a random" in out and "GaussianProcessRegressor" in out
+    # no budget: every row
+    status, out, _ = _run(["compare", "concrete", "-e", "gpr", "--folds", "2", "--quiet",
+                           "--n-jobs", "1", "--time-budget", "0", "--max-samples", "300",
+                           "-o", str(tmp_path / "b")])
+    report = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert status == 0 and report["subsampled"] == {}
+    assert all(r["n_train"] == r["n_train_available"] for r in report["fold_results"])

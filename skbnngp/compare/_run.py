@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+import math
 import time
 import warnings
 from pathlib import Path
@@ -66,6 +67,10 @@ def _score_regression(y, dist):
 def _score_classification(y, proba, classes):
     from ..metrics import expected_calibration_error
 
+    # some models return probabilities a round-off outside [0, 1] (sklearn's GP classifier:
+    # 1 + 1e-13), which log_loss refuses: clip and renormalise
+    proba = np.clip(proba, 0.0, 1.0)
+    proba = proba / np.maximum(proba.sum(axis=1, keepdims=True), np.finfo(float).tiny)
     conf, pred = proba.max(axis=1), classes[proba.argmax(axis=1)]
     correct = (pred == y).astype(np.float64)
     bins = np.clip(np.ceil(conf * N_BINS).astype(int) - 1, 0, N_BINS - 1)
@@ -78,13 +83,84 @@ def _score_classification(y, proba, classes):
         "correct_sum": np.bincount(bins, correct, N_BINS).tolist()}
 
 
-def _run_one(name, fold, pipe, X, y, train, test, task, threads):
-    """Fit one pipeline on one fold and score it; errors and warnings are recorded."""
+def _pilot_time(pipe, X, y, rows, threads):
+    """Seconds of one fit on ``rows`` (the estimate's sample); inf when it fails."""
     from threadpoolctl import threadpool_limits
 
+    with warnings.catch_warnings(), threadpool_limits(threads):
+        warnings.simplefilter("ignore")
+        try:
+            start = time.perf_counter()
+            clone(pipe).fit(X[rows], y[rows])
+            return time.perf_counter() - start
+        except Exception:  # noqa: BLE001 - the real fit reports the error
+            return math.inf
+
+
+def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed):
+    """Training rows per model so that its folds fit in its share of ``budget`` seconds.
+
+    Each model is timed on two small random subsets (``n1`` and ``n2 = 2 n1`` rows, inside
+    one training fold, stratified by drawing from every class for classification); the fit
+    time is extrapolated as ``t(n) = t2 (n / n2)^b`` with the measured exponent ``b`` clipped
+    to [1, 3]. A model whose ``folds`` full fits would exceed its share (``budget * n_jobs /
+    n_models`` seconds) gets the largest row count that fits it, never below ``n2``. Returns
+    ``{name: (rows or None, estimated seconds at full size)}``; None keeps every row.
+    """
+    n_train = min(len(train) for train, _ in folds)
+    rng = np.random.RandomState(seed)
+    n2 = min(n_train, 200)
+    n1 = max(n2 // 2, min(n2, 20))
+    share = budget * n_jobs / max(1, len(pipes))
+    # the fewest rows a model is cut to: 50, and 10 per class for a classifier
+    floor = min(n_train, 50 if data.task == "regression" else max(50, 10 * np.unique(data.y).size))
+    first_train = folds[0][0]
+    plan = {}
+    for name, pipe in pipes.items():
+        if n_train <= n2:
+            plan[name] = (None, None)
+            continue
+        order = first_train[rng.permutation(first_train.size)]
+        if data.task == "classification":  # keep every class in the pilot subsets
+            classes = np.unique(data.y[order])
+            heads = [order[data.y[order] == c][:2] for c in classes]
+            rest = order[~np.isin(order, np.concatenate(heads))]
+            order = np.concatenate(heads + [rest])
+        t1 = _pilot_time(pipe, data.X, data.y, order[:n1], threads)
+        t2 = _pilot_time(pipe, data.X, data.y, order[:n2], threads)
+        if not (np.isfinite(t1) and np.isfinite(t2)) or t2 <= 0:
+            plan[name] = (None, None)
+            continue
+        b = float(np.clip(math.log(max(t2, 1e-6) / max(t1, 1e-6)) / math.log(n2 / n1), 1, 3))
+        full = t2 * (n_train / n2) ** b
+        if len(folds) * full > share:
+            rows = int(n2 * (share / (len(folds) * t2)) ** (1 / b))
+            plan[name] = (max(floor, rows), full) if rows < n_train else (None, full)
+        else:
+            plan[name] = (None, full)
+    return plan
+
+
+def _run_one(name, fold, pipe, X, y, train, test, task, threads, max_rows=None, seed=0):
+    """Fit one pipeline on one fold and score it; errors and warnings are recorded.
+
+    ``max_rows`` caps the training rows (a random subset, the time budget's)."""
+    from threadpoolctl import threadpool_limits
+
+    n_all = int(train.size)
+    if max_rows is not None and train.size > max_rows:
+        rng = np.random.RandomState(seed + fold)
+        if task == "classification":  # every class keeps at least one row
+            keep = np.concatenate([train[y[train] == c][:1] for c in np.unique(y[train])])
+            others = np.setdiff1d(train, keep)
+            pick = rng.choice(others, max_rows - keep.size, replace=False)
+            train = np.sort(np.concatenate([keep, pick]))
+        else:
+            train = np.sort(rng.choice(train, max_rows, replace=False))
+
     record = {"estimator": name, "fold": fold, "n_train": int(train.size),
-              "n_test": int(test.size), "metrics": {}, "curve": None, "error": None,
-              "warnings": {}}
+              "n_train_available": n_all, "n_test": int(test.size), "metrics": {},
+              "curve": None, "error": None, "warnings": {}}
     with warnings.catch_warnings(record=True) as caught, threadpool_limits(threads):
         warnings.simplefilter("always")
         try:
@@ -115,16 +191,30 @@ def _run_one(name, fold, pipe, X, y, train, test, task, threads):
 
 # ============================================================================ progress
 class _Progress:
-    """A one-line progress bar on a stream (a line per step when it is not a terminal)."""
+    """Progress per fit: a tqdm bar (with its time estimate) on a terminal when tqdm is
+    installed, else a one-line bar, or a line per fit when the stream is not a terminal."""
 
     def __init__(self, total, stream, enabled, width=24):
         self.total, self.stream, self.enabled, self.width = total, stream, enabled, width
         self.done, self.start = 0, time.perf_counter()
         self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
+        self.bar = None
+        if self.tty:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                self.bar = tqdm(total=total, file=stream, unit="fit", desc="compare",
+                                dynamic_ncols=True)
         self._draw("starting")
 
     def _draw(self, label):
         if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.n = self.done
+            self.bar.set_postfix_str(label)
             return
         filled = int(self.width * self.done / max(self.total, 1))
         secs = int(time.perf_counter() - self.start)
@@ -142,6 +232,9 @@ class _Progress:
         self._draw(label)
 
     def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            return
         if self.enabled and self.tty:
             self.stream.write("\n")
             self.stream.flush()
@@ -212,13 +305,28 @@ def _compare(args, argv, out, err):
     folds = list(splitter.split(data.X, data.y))
     tasks = [(name, k, train, test) for k, (train, test) in enumerate(folds) for name in names]
     n_jobs = min(effective_n_jobs(args.n_jobs), len(tasks))
-
+    plan = {name: (None, None) for name in names}
     start = time.perf_counter()
+    if args.time_budget > 0:
+        if not args.quiet:
+            err.write(f"estimating each model's fit time (budget {args.time_budget:.0f} s) ...\n")
+        plan = _plan_budget(pipes, data, folds, n_jobs, args.time_budget, args.threads,
+                            args.random_state)
+        for name, (rows, full) in plan.items():
+            if rows is not None:
+                data.notes.append(
+                    f"{name}: trained on a random {rows} of the ~{min(len(f[0]) for f in folds)} "
+                    f"training rows of each fold, to keep within --time-budget "
+                    f"{args.time_budget:.0f} s (estimated {len(folds) * full:.0f} s for all "
+                    "folds at full size); its scores are for that subsample. Raise "
+                    "--time-budget (or 0: no budget) to fit it on every row.")
+
     bar = _Progress(len(tasks), err, enabled=not args.quiet)
     records = []
     results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
         delayed(_run_one)(name, k, pipes[name], data.X, data.y, train, test, data.task,
-                          args.threads) for name, k, train, test in tasks)
+                          args.threads, plan[name][0], args.random_state)
+        for name, k, train, test in tasks)
     for record in results:
         records.append(record)
         status = "failed" if record["error"] else "done"
@@ -239,6 +347,9 @@ def _compare(args, argv, out, err):
         "folds": args.folds, "cv": splitter.__class__.__name__,
         "random_state": args.random_state, "device": device, "n_jobs": n_jobs,
         "threads": args.threads, "scaling": "Pipeline([StandardScaler(), estimator])",
+        "time_budget": args.time_budget,
+        "subsampled": {n: plan[n][0] for n in names if plan[n][0] is not None},
+        "estimated_full_seconds": {n: plan[n][1] for n in names},
         "estimators": {n: {"source": candidates[n][0],
                            "repr": " ".join(repr(pipes[n][-1]).split())} for n in names},
         "metrics": {m.key: {"header": m.header, "kind": m.kind}
