@@ -164,8 +164,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     dtype : {"float32", "float64"}, default="float32"
     random_state : int, RandomState instance or None, default=None
         Seeds the initial values, the training draws, the prediction draws and the OoD set-up.
-        Weight draws are made on ``device``, so CPU and CUDA give different (equally valid)
-        Monte-Carlo draws.
+        Every draw comes from a host generator, so CPU and CUDA fits see the same noise.
     verbose : int, default=0
 
     Attributes
@@ -452,7 +451,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.lambdas_ = [to_float(layer.lam()) for _, layer in net.inducing_layers()]
         self._predict_seed = int(seeds[2])
         with torch.no_grad():
-            net.sample_weights(make_generator(int(seeds[2]), device), self.sampling)
+            net.sample_weights(make_generator(int(seeds[2]), "cpu"), self.sampling)
             self.kl_ = to_float(net.kl()) / X.shape[0]
         self._fit_ood(net, Xt, rng, int(seeds[3]))
         return self
@@ -460,7 +459,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     def _train(self, net, Xt, yt, y_idx, rng, seed):
         name = type(self).__name__
         n, E = Xt.shape[0], self.max_iter
-        gen = make_generator(seed, Xt.device)
+        gen = make_generator(seed, "cpu")  # host draws: the same on every device
         net.holder.generator = gen
         cw = None
         if self.class_weight is not None:
@@ -539,7 +538,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         """Fix one weight draw, the key layers' U, their projectors."""
         device, dtype = Xt.device, Xt.dtype
         keys = self._ood_key_layers(net)
-        gen = make_generator(seed, device)
+        gen = make_generator(seed, "cpu")
         weights, us = [], {}
         with torch.no_grad():
             for i, layer in enumerate(net.layers):
@@ -630,7 +629,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         """Softmax probabilities under ``n_samples`` weight draws: (S, n, K) tensor."""
         Xt = self._input(X)
         net = self.model_
-        gen = make_generator(seed, self.device_)
+        gen = make_generator(seed, "cpu")
         out = []
         with torch.no_grad():
             for _ in range(n_samples):

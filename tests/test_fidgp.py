@@ -456,3 +456,15 @@ def test_bad_input():
         clf.sample_proba(X, n_samples=0)
     # unseen labels at score count as errors, as in sklearn
     assert 0 <= clf.score(X[:10], np.full(10, 7)) == 0.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_cuda_matches_cpu():
+    """Host-drawn noise: the same seed trains the same model on CUDA as on the CPU."""
+    X, y = load_iris(return_X_y=True)
+    kw = dict(hidden_layer_sizes=(8,), max_iter=5, batch_size=50, dtype="float64",
+              random_state=0)
+    cpu = FiDGPClassifier(device="cpu", **kw).fit(X, y)
+    gpu = FiDGPClassifier(device="cuda", **kw).fit(X, y)
+    np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), atol=1e-6)
+    np.testing.assert_allclose(gpu.ood_score(X), cpu.ood_score(X), rtol=1e-4, atol=1e-8)

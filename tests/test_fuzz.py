@@ -33,7 +33,7 @@ from sklearn.utils.validation import check_is_fitted
 from skbnngp.utils import all_estimators
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 LONG = os.environ.get("SKBNNGP_FUZZ", "") == "long"
@@ -212,8 +212,10 @@ def _test_for(name, Est):
     multi = (not classifier) and Est().__sklearn_tags__().target_tags.multi_output
     n = FUZZ_LONG if LONG else FUZZ_FAST
 
+    # no shrinking: a failing case is reported as drawn (shrinking fits hundreds of models)
     @settings(max_examples=n, deadline=None, derandomize=not LONG, database=None,
-              suppress_health_check=list(HealthCheck), print_blob=True)
+              suppress_health_check=list(HealthCheck), print_blob=True,
+              phases=[Phase.explicit, Phase.reuse, Phase.generate])
     @given(case=cases(classifier, multi))
     def run(case, monkeypatch):
         COUNTS[name][_run(Est, name, case, monkeypatch)] += 1

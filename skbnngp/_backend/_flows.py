@@ -28,6 +28,8 @@ import math
 import torch
 from torch.nn import functional as F
 
+from ._random import host_rand
+
 #: Smallest affine scale of a MAF step (nflows' value).
 MIN_SCALE = 1e-3
 
@@ -56,7 +58,7 @@ class SeededDropout(torch.nn.Module):
         gen = self._holder[0].generator
         if not self.training or self.p == 0.0 or gen is None:
             return x
-        keep = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype) >= self.p
+        keep = host_rand(x.shape, gen, x.device, x.dtype) >= self.p
         return x * keep / (1.0 - self.p)
 
 

@@ -15,7 +15,8 @@ column) from the GP prior-conditional ``p(W | U)``:
 * KL (§1.6): the one-sample flow KL (the analytic Gaussian KL without a flow) plus
   ``(D/2)(lambda^2 - 1 - 2 log lambda)``.
 
-All random draws take a ``torch.Generator``; nothing here touches the global random state.
+All random draws come from a CPU ``torch.Generator`` and are sent to the device, so a seed
+gives the same draws everywhere; nothing here touches the global random state.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from ._flows import GeneratorHolder, RowMAF
+from ._random import host_randn
 
 #: Relative jitter of the prior covariances' Cholesky factors (the authors' value).
 PRIOR_JITTER = 1e-5
@@ -136,7 +138,7 @@ class InducingLinear(torch.nn.Module):
     def sample_v(self, gen):
         """A posterior draw of V (R x C), remembering what the KL needs."""
         m, s = self.v_mean, self.sd_u()
-        eps = torch.randn(m.shape, generator=gen, dtype=m.dtype, device=m.device)
+        eps = host_randn(m.shape, gen, m.device, m.dtype)
         v0 = m + s * eps
         if self.flow is None:
             self._kl_cache = None
@@ -157,8 +159,7 @@ class InducingLinear(torch.nn.Module):
         R, C = self.rows, self.cols
 
         def gauss(*sh):
-            return torch.randn(tuple(batch) + sh, generator=gen, dtype=z_row.dtype,
-                               device=z_row.device)
+            return host_randn(tuple(batch) + sh, gen, z_row.device, z_row.dtype)
 
         w = gauss(self.d_out, self.d_in)
         u = (z_row @ w @ z_col.T
@@ -175,7 +176,7 @@ class InducingLinear(torch.nn.Module):
         if sampling == "mean":
             return torch.zeros(shape, dtype=z_row.dtype, device=z_row.device)
         if sampling == "reparam":
-            return torch.randn(shape, generator=gen, dtype=z_row.dtype, device=z_row.device)
+            return host_randn(shape, gen, z_row.device, z_row.dtype)
         _, _, T_row, T_colT, d_r, d_c = factors
         w, u = self.joint_prior_sample(gen, d_r, d_c, batch)
         return w - (T_row @ u) @ T_colT
