@@ -751,11 +751,12 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         return logp[:, 1] - logp[:, 0] if self.classes_.size == 2 else logp
 
     def predict(self, X):
-        """The class of largest predicted probability (ties broken by the posterior mean).
+        """The class of largest predicted probability.
 
-        The posterior mean's argmax (the paper's rule) is the most probable class under the
-        shared-variance predictive, so this is the paper's prediction, made to agree with
-        :meth:`predict_proba` also where probabilities hit their floor.
+        Under the shared-variance predictive the most probable class is the one of largest
+        posterior mean (the paper's rule), so this is the paper's prediction; taking it from
+        :meth:`predict_proba` makes the two agree also where probabilities tie (identical
+        inputs, or probabilities at their floor).
 
         Parameters
         ----------
@@ -765,9 +766,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         -------
         y : ndarray of shape (n_samples,)
         """
-        P, mean = self._proba_and_mean(X)
-        top = P >= P.max(axis=1, keepdims=True)
-        return self.classes_[np.argmax(np.where(top, mean, -np.inf), axis=1)]
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def predict_proba(self, X):
         """``P(argmax_j f_j = c)`` under the Student-t (or mixture) predictive.

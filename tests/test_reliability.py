@@ -104,3 +104,16 @@ def test_messages_name_the_argument_and_print_plain_numbers(name, Est):
                                              r"labels use a classifier") as info:
             Est(**FAST.get(name, {})).fit(X, np.array(["b", "c"] * 10))
     assert "np." not in str(info.value)
+
+
+def test_classifier_predict_agrees_with_proba_on_tied_inputs():
+    """Fuzz reproducer: 4 identical rows with 4 different labels gave tied probabilities, and
+    the STP classifier's predict broke the tie by round-off in the posterior mean (class 2)
+    while argmax of predict_proba gave class 0."""
+    from skbnngp import StudentTProcessClassifier
+    X = np.zeros((4, 7), dtype=np.int64)
+    y = np.array([2, 3, 1, 0])
+    clf = StudentTProcessClassifier(max_iter=3, n_quadrature=8, device="cpu",
+                                    random_state=0).fit(X, y)
+    P = clf.predict_proba(X)
+    np.testing.assert_array_equal(clf.predict(X), clf.classes_[P.argmax(1)])
