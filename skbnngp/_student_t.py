@@ -766,7 +766,8 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         -------
         y : ndarray of shape (n_samples,)
         """
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        P = self.predict_proba(X)  # checks that the model is fitted first
+        return self.classes_[np.argmax(P, axis=1)]
 
     def predict_proba(self, X):
         """``P(argmax_j f_j = c)`` under the Student-t (or mixture) predictive.
