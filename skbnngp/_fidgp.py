@@ -17,6 +17,7 @@ from torch.nn import functional as F
 from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, iter_slices,
                        make_generator, to_float, to_numpy)
 from ._backend._inducing import FiDNetwork, InducingLinear
+from ._backend._train import mlp_from_state, mlp_to_state
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_hidden_layer_sizes, input_scaling, plain, transactional)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -787,7 +788,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         state = super().__getstate__()
         if "model_" in state:
             state["model_"] = _module_state(state["model_"])
-            state["ood_projectors_"] = [_module_state(p) for p in state["ood_projectors_"]]
+            state["ood_projectors_"] = [mlp_to_state(p) for p in state["ood_projectors_"]]
             state["_ood"] = {k: [to_numpy(t).copy() for t in v]
                              for k, v in state["_ood"].items()}
         return state
@@ -800,13 +801,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             self._dtype = dtype
             net = self._build_network(self.model_plan_, 0, "cpu", dtype)
             self.model_ = _load_state(net, self.model_, device, dtype).eval()
-            projs = []
-            for sd in self.ood_projectors_:
-                w = [v for k, v in sd.items() if k.endswith("weight")]
-                hidden = tuple(a.shape[0] for a in w[:-1])
-                p = build_mlp(w[0].shape[1], hidden, w[-1].shape[0], activation="relu",
-                              device="cpu", dtype=dtype)
-                projs.append(_load_state(p, sd, device, dtype).eval())
-            self.ood_projectors_ = projs
+            self.ood_projectors_ = [mlp_from_state(sd, device).eval()
+                                    for sd in self.ood_projectors_]
             self._ood = {k: [torch.as_tensor(a, device=device, dtype=dtype) for a in v]
                          for k, v in self._ood.items()}
