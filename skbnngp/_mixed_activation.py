@@ -33,6 +33,9 @@ DEFAULT_PRIORS = {"sigma_b2": (2.0, 1.0), "sigma_v2": (2.0, 1.0), "sigma_u2": (2
                   "sigma_a2": (2.0, 1.0), "noise_variance": (2.0, 0.1),
                   "leaky_slope": (2.0, 2.0), "weights": 2.0}
 
+#: The rank ``n_anchors="auto"`` caps at.
+AUTO_ANCHORS = 512
+
 
 def _logit(p):
     return math.log(p) - math.log1p(-p)
@@ -109,8 +112,12 @@ class MixedActivationGPRegressor(GPRegressorMixin, TorchEstimatorMixin, Regresso
 
     Parameters
     ----------
-    n_anchors : int, default=512
-        Nystrom rank ``m``. Clipped, with a warning, to the number of distinct training rows.
+    n_anchors : "auto" or int, default="auto"
+        Nystrom rank ``m``. ``"auto"``: every distinct training row when there are at most
+        512 of them (the Nystrom model is then the exact GP up to jitter), else 512 anchors
+        (512 is within 1% of the NLPD of 1024 anchors on 18,000 rows at a quarter of the
+        time; see the user guide). An integer larger than the number of distinct training
+        rows is clipped to it with a warning.
     anchors : {"kmeans++", "kmeans", "first", "random"} or array-like of shape \
 (m, n_features), default="kmeans++"
         ``"kmeans++"``: k-means++ seeding with one trial per centre (the paper's description;
@@ -246,7 +253,7 @@ default=("tanh", "leaky_relu")
     """
 
     _parameter_constraints: dict = {
-        "n_anchors": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_anchors": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left")],
         "anchors": [StrOptions({"kmeans++", "kmeans", "first", "random"}), "array-like"],
         "approx": [StrOptions({"nystrom", "exact"})],
         "activations": [tuple, list],
@@ -276,7 +283,7 @@ default=("tanh", "leaky_relu")
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, n_anchors=512, anchors="kmeans++", approx="nystrom",
+    def __init__(self, *, n_anchors="auto", anchors="kmeans++", approx="nystrom",
                  activations=("tanh", "leaky_relu"), sigma_b2=1.0, sigma_v2=1.0, sigma_u2=1.0,
                  sigma_a2=1.0, leaky_slope=0.5, weights=None, noise_variance="auto",
                  noise_init_ratio=0.04, sigma_b2_bounds=(1e-4, 1e4),
@@ -401,7 +408,9 @@ default=("tanh", "leaky_relu")
             return Z[uniq], None
         cand = np.sort(np.unique(Xs, axis=0, return_index=True)[1])
         m = self.n_anchors
-        if m > cand.size:
+        if m == "auto":
+            m = min(AUTO_ANCHORS, cand.size)
+        elif m > cand.size:
             warnings.warn(f"{name}: n_anchors={m} exceeds the {cand.size} distinct training "
                           f"rows; using all of them (the Nystrom model is then the exact GP "
                           "up to jitter; approx='exact' does that directly).", UserWarning,

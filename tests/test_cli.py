@@ -146,6 +146,65 @@ def test_dropna_and_one_hot(tmp_path):
     assert "one-hot encoded into 3 columns" in (tmp_path / "o" / "report.md").read_text()
 
 
+def _csv_args(path, **kw):
+    import argparse
+    base = dict(csv=str(path), dataset=None, target="y", drop=[], one_hot=False, sep=None,
+                dropna=False, task=None, max_samples=None, folds=2, random_state=0)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_csv_with_semicolons_and_decimal_commas_is_read_as_numbers(tmp_path):
+    """A European CSV (``;`` between fields, ``,`` before decimals) parses to the same numbers
+    as the plain file; nothing asks for --one-hot."""
+    from skbnngp.compare._data import _load
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(12, 2)), rng.normal(size=12)
+    plain = _write_csv(tmp_path / "plain.csv", ["a", "b", "y"],
+                       [[f"{v:.4f}" for v in (*row, t)] for row, t in zip(X, y)])
+    euro = tmp_path / "euro.csv"
+    euro.write_text(plain.read_text().replace(",", ";").replace(".", ","))
+    want, got = _load(_csv_args(plain)), _load(_csv_args(euro))
+    np.testing.assert_array_equal(got.X, want.X)
+    np.testing.assert_array_equal(got.y, want.y)
+    np.testing.assert_allclose(got.X, np.round(X, 4))
+    assert got.feature_names == ["a", "b"] and got.task == "regression"
+    assert "numbers with a decimal comma were read as decimals" in got.notes
+    # a text column in a semicolon file is still text, and the hint names it
+    text = tmp_path / "text.csv"
+    text.write_text("a;kind;y\n1,5;x;2,0\n2,5;y;1,0\n3,0;x;0,5\n")
+    with pytest.raises(_common.UsageError, match=r"feature column 'kind' is not numeric "
+                                                  r"\('x' on line 2\)"):
+        _load(_csv_args(text))
+
+
+def test_one_hot_columns_match_the_categories(tmp_path):
+    from skbnngp.compare._data import _load
+    path = _write_csv(tmp_path / "cat.csv", ["x", "my_colour", "y"],
+                      [[i, c, i % 3] for i, c in enumerate(["red", " blue", "red", "green",
+                                                            "blue", "green"])])
+    data = _load(_csv_args(path, one_hot=True))
+    assert data.feature_names == ["x", "my_colour=blue", "my_colour=green", "my_colour=red"]
+    np.testing.assert_array_equal(data.X[:, 0], np.arange(6))
+    np.testing.assert_array_equal(data.X[:, 1:].argmax(axis=1), [2, 0, 2, 1, 0, 1])
+    np.testing.assert_array_equal(data.X[:, 1:].sum(axis=1), np.ones(6))
+
+
+def test_malformed_csv_files_are_named(tmp_path):
+    from skbnngp.compare._data import _load
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("a,b,y\n1,2,3\n4,5,6,7\n")
+    with pytest.raises(_common.UsageError, match="line 3: 4 fields, expected 3"):
+        _load(_csv_args(ragged))
+    dup = tmp_path / "dup.csv"
+    dup.write_text("a,a,y\n1,2,3\n4,5,6\n")
+    with pytest.raises(_common.UsageError, match="duplicate column names: a"):
+        _load(_csv_args(dup))
+    empty = tmp_path / "empty.csv"
+    empty.write_text("a,b,y\n")
+    with pytest.raises(_common.UsageError, match="has a header but no data rows"):
+        _load(_csv_args(empty))
+
+
 class _Broken(RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         raise RuntimeError("broken on purpose\nsecond line")

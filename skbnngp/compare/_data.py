@@ -1,11 +1,11 @@
-"""Loading the data: an embedded data set by name or a CSV file (delimiter sniffing, missing
-values, optional one-hot encoding)."""
+"""Loading the data: an embedded data set by name, or a CSV file read by pandas (delimiter
+and decimal-comma detection, missing values) with text columns one-hot encoded by
+scikit-learn's ``OneHotEncoder`` inside a ``ColumnTransformer``."""
 
 from __future__ import annotations
 
 import csv
 import gzip
-import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,10 +14,10 @@ import numpy as np
 
 from ._common import DEFAULT_DATASET, UsageError
 
-NA_STRINGS = frozenset(s.lower() for s in (
-    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
-    "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null", "?"))
-_NUMBER = re.compile(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?")
+#: Read as missing besides pandas' own spellings ("?" marks missing values in UCI files).
+EXTRA_NA = ["?"]
+#: A number written with a decimal comma (``3,5``, ``-1.234,5``, ``2,5e-3``).
+_DECIMAL_COMMA = re.compile(r"[-+]?\d{1,3}(\.\d{3})*,\d+([eE][-+]?\d+)?|[-+]?\d+,\d+([eE][-+]?\d+)?")
 MAX_CATEGORIES = 100  # --one-hot refuses columns with more distinct values (IDs, free text)
 
 
@@ -33,78 +33,125 @@ class _Data:
     notes: list = field(default_factory=list)
 
 
+def _pandas():
+    try:
+        import pandas as pd
+    except ImportError:
+        raise UsageError("--csv needs pandas to read the file: pip install pandas") from None
+    return pd
+
+
+def _head(p, size=8192):
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rt", encoding="utf-8-sig", newline="") as fh:
+            return fh.read(size)
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise UsageError(f"cannot read CSV file {str(p)!r}: {exc}") from None
+
+
 def _sniff_delimiter(text):
     try:
-        return csv.Sniffer().sniff(text[:8192], delimiters=",;\t|").delimiter
+        return csv.Sniffer().sniff(text, delimiters=",;\t|").delimiter
     except csv.Error:
         return ","
 
 
+def _is_text(series):
+    """Not parsed as numbers (object or pandas' string dtype)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+    return not (is_numeric_dtype(series.dtype) or is_bool_dtype(series.dtype))
+
+
+def _text_columns(frame):
+    return [c for c in frame.columns if _is_text(frame[c])]
+
+
+def _looks_decimal_comma(frame):
+    """True when some text column holds only numbers written with a decimal comma."""
+    for col in _text_columns(frame):
+        values = frame[col].dropna().astype(str).str.strip()
+        if len(values) and values.map(lambda v: bool(_DECIMAL_COMMA.fullmatch(v))).all():
+            return True
+    return False
+
+
 def _read_csv(path, sep):
-    """Columns of a CSV file with a header row: ``(header, {name: list of str}, n_rows)``."""
+    """The file as a pandas DataFrame (header row, numbers parsed, missing values NaN) and
+    notes on how it was read."""
+    pd = _pandas()
     p = Path(path)
     if not p.exists():
         raise UsageError(f"CSV file {path!r} not found")
     if not p.is_file():
         raise UsageError(f"{path!r} is not a file")
-    opener = gzip.open if p.suffix == ".gz" else open
-    try:
-        with opener(p, "rt", encoding="utf-8-sig", newline="") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise UsageError(f"cannot read CSV file {path!r}: {exc}") from None
-    rows = [row for row in csv.reader(io.StringIO(text), delimiter=sep or _sniff_delimiter(text))
-            if any(cell.strip() for cell in row)]
-    if not rows:
+    head = _head(p)
+    if not head.strip():
         raise UsageError(f"CSV file {path!r} is empty")
-    header = [h.strip() for h in rows[0]]
-    dup = sorted({h for h in header if header.count(h) > 1})
+    sep = sep or _sniff_delimiter(head)
+    kw = dict(sep=sep, na_values=EXTRA_NA, skipinitialspace=True, encoding="utf-8-sig",
+              skip_blank_lines=True)
+    try:
+        header = pd.read_csv(p, header=None, nrows=1, dtype=str, **kw).iloc[0]
+        frame = pd.read_csv(p, **kw)
+        notes = []
+        if sep != "," and _looks_decimal_comma(frame):
+            frame = pd.read_csv(p, decimal=",", **kw)
+            notes.append("numbers with a decimal comma were read as decimals")
+    except pd.errors.ParserError as exc:
+        msg = str(exc).strip().splitlines()[-1]
+        found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", msg)
+        if found:
+            want, line, saw = found.groups()
+            msg = f"line {line}: {saw} fields, expected {want} as in the header"
+        raise UsageError(f"CSV file {path!r}, {msg}") from None
+    except (OSError, UnicodeDecodeError, EOFError, ValueError) as exc:
+        raise UsageError(f"cannot read CSV file {path!r}: {exc}") from None
+    names = [str(h).strip() for h in header]
+    dup = sorted({h for h in names if names.count(h) > 1})
     if dup:
         raise UsageError(f"CSV file {path!r} has duplicate column names: {', '.join(dup)}")
-    body = rows[1:]
-    if not body:
+    frame.columns = names
+    if frame.shape[0] == 0:
         raise UsageError(f"CSV file {path!r} has a header but no data rows")
-    for i, row in enumerate(body):
-        if len(row) != len(header):
-            raise UsageError(f"CSV file {path!r}, line {i + 2}: {len(row)} fields, expected "
-                             f"{len(header)} as in the header")
-    return header, {h: [row[j].strip() for row in body] for j, h in enumerate(header)}, len(body)
+    for col in _text_columns(frame):  # strip padding so that " red" and "red" are one value
+        frame[col] = frame[col].map(lambda v: v.strip() if isinstance(v, str) else v)
+    return frame, notes
 
 
-def _parse_column(values):
-    """``(float array with NaN for missing, None)`` or ``(None, first non-numeric value)``."""
-    out = np.empty(len(values))
-    for i, v in enumerate(values):
-        if v.lower() in NA_STRINGS:
-            out[i] = np.nan
-            continue
-        try:
-            out[i] = float(v)
-        except ValueError:
-            return None, (i, v)
-    return out, None
+def _first_text(series):
+    """``(row, value)`` of the first value that is not a number."""
+    pd = _pandas()
+    numeric = pd.to_numeric(series, errors="coerce")
+    bad = np.flatnonzero(numeric.isna().to_numpy() & series.notna().to_numpy())
+    return int(bad[0]), series.iloc[int(bad[0])]
 
 
-def _one_hot(name, values):
-    cats = sorted({v for v in values if v.lower() not in NA_STRINGS})
-    if len(cats) > MAX_CATEGORIES:
-        raise UsageError(f"column {name!r} has {len(cats)} distinct non-numeric values, too "
-                         f"many to one-hot encode; drop it with --drop {name!r}")
-    missing = np.array([v.lower() in NA_STRINGS for v in values])
-    block = np.array([[v == c for c in cats] for v in values], dtype=np.float64)
-    block = block.reshape(len(values), len(cats))
-    block[missing] = np.nan
-    return block, [f"{name}={c}" for c in cats]
+def _category_name(column, category):
+    return f"{column}={category}"
+
+
+def _encoder(text_cols, numeric_cols):
+    """Numeric columns as they are, text columns one-hot (sklearn's encoders)."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.preprocessing import OneHotEncoder
+
+    return ColumnTransformer(
+        [("numeric", "passthrough", numeric_cols),
+         ("one_hot", OneHotEncoder(sparse_output=False, dtype=np.float64,
+                                   feature_name_combiner=_category_name), text_cols)],
+        verbose_feature_names_out=False)
 
 
 def _load_csv(args):
-    header, columns, n_rows = _read_csv(args.csv, args.sep)
+    frame, notes = _read_csv(args.csv, args.sep)
+    header = list(frame.columns)
     if args.target is None:
         raise UsageError(f"--csv needs --target COLUMN; columns: {_list(header)}")
-    if args.target not in columns:
+    if args.target not in header:
         raise UsageError(f"target column {args.target!r} is not in {args.csv!r}; "
                          f"columns: {_list(header)}")
-    unknown = [c for c in args.drop if c not in columns]
+    unknown = [c for c in args.drop if c not in header]
     if unknown:
         raise UsageError(f"--drop: no column {unknown[0]!r} in {args.csv!r}; "
                          f"columns: {_list(header)}")
@@ -112,42 +159,33 @@ def _load_csv(args):
     if not features:
         raise UsageError(f"{args.csv!r} has no feature column besides the target")
 
-    blocks, names, text_cols, notes = [], [], [], []
-    for col in features:
-        values, bad = _parse_column(columns[col])
-        if values is not None:
-            blocks.append(values[:, None])
-            names.append(col)
-        else:
-            text_cols.append((col, bad))
+    text_cols = [c for c in features if _is_text(frame[c])]
     if text_cols and not args.one_hot:
-        col, (i, v) = text_cols[0]
+        col = text_cols[0]
+        i, v = _first_text(frame[col])
         more = f" (and {len(text_cols) - 1} more)" if len(text_cols) > 1 else ""
         raise UsageError(f"feature column {col!r}{more} is not numeric ({v!r} on line {i + 2}); "
                          "pass --one-hot to encode non-numeric columns or --drop them")
-    for col, _ in text_cols:
-        block, cat_names = _one_hot(col, columns[col])
-        blocks.append(block)
-        names.extend(cat_names)
-        notes.append(f"column `{col}` one-hot encoded into {len(cat_names)} columns")
-    X = np.hstack(blocks)
+    for col in text_cols:
+        n_cat = frame[col].nunique(dropna=True)
+        if n_cat > MAX_CATEGORIES:
+            raise UsageError(f"column {col!r} has {n_cat} distinct non-numeric values, too "
+                             f"many to one-hot encode; drop it with --drop {col!r}")
 
-    y_num, bad = _parse_column(columns[args.target])
-    task = args.task or ("regression" if y_num is not None else "classification")
+    target = frame[args.target]
+    y_is_text = _is_text(target)
+    task = args.task or ("classification" if y_is_text else "regression")
+    if task == "regression" and y_is_text:
+        i, v = _first_text(target)
+        raise UsageError(f"target column {args.target!r} is not numeric ({v!r} on line "
+                         f"{i + 2}); use --task classification for class labels")
+    numeric_cols = [c for c in features if c not in text_cols]
+    values = frame[numeric_cols].to_numpy(dtype=np.float64)
+    bad_rows = (~np.all(np.isfinite(values), axis=1) | frame[text_cols].isna().any(axis=1)
+                .to_numpy() | target.isna().to_numpy())
     if task == "regression":
-        if y_num is None:
-            i, v = bad
-            raise UsageError(f"target column {args.target!r} is not numeric ({v!r} on line "
-                             f"{i + 2}); use --task classification for class labels")
-        y, y_missing = y_num, np.isnan(y_num)
-    else:
-        raw = np.array(columns[args.target], dtype=object)
-        y_missing = np.array([v.lower() in NA_STRINGS for v in raw])
-        y = y_num if y_num is not None else raw
-    bad_rows = ~np.all(np.isfinite(X), axis=1) | y_missing
-    if task == "regression":
-        bad_rows |= ~np.isfinite(y)
-    n_bad = int(bad_rows.sum())
+        bad_rows |= ~np.isfinite(target.to_numpy(dtype=np.float64))
+    n_rows, n_bad = len(frame), int(bad_rows.sum())
     if n_bad:
         first = int(np.flatnonzero(bad_rows)[0]) + 2
         if not args.dropna:
@@ -157,10 +195,19 @@ def _load_csv(args):
         if n_bad == n_rows:
             raise UsageError(f"every row of {args.csv!r} has a missing value; nothing left "
                              "after --dropna")
-        X, y = X[~bad_rows], y[~bad_rows]
+        frame, target = frame[~bad_rows], target[~bad_rows]
         notes.append(f"--dropna dropped {n_bad} of {n_rows} rows with missing values")
-    if task == "classification" and y.dtype == object:
-        y = y.astype(str)
+
+    encoder = _encoder(text_cols, numeric_cols).fit(frame[features])
+    X = np.asarray(encoder.transform(frame[features]), dtype=np.float64)
+    names = [str(n) for n in encoder.get_feature_names_out()]
+    for col in text_cols:
+        notes.append(f"column `{col}` one-hot encoded into "
+                     f"{frame[col].nunique(dropna=True)} columns")
+    if task == "classification":
+        y = target.astype(str).to_numpy() if y_is_text else target.to_numpy()
+    else:
+        y = target.to_numpy(dtype=np.float64)
     stem = Path(args.csv).name
     for suffix in (".gz", ".csv", ".txt"):
         stem = stem.removesuffix(suffix)

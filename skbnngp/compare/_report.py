@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 import os
 import platform
+import re
 from importlib import metadata
 
 import numpy as np
 
 from ._common import METRIC_DOCS, _metrics_for
-from ._data import _NUMBER
+
+_NUMBER = re.compile(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?")  # folded when grouping warnings
 
 
 def _decimals(metric, value):
