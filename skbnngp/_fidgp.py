@@ -134,9 +134,12 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     lr_milestones_frac : tuple of float, default=(0.5,)
         Fractions of ``max_iter`` after which the learning rate is multiplied by ``lr_gamma``.
     lr_gamma : float, default=0.1
-    n_iter_no_change : int, default=10
-        Once the KL schedule is over, training stops when the epoch loss has not improved by
-        ``tol`` for this many epochs.
+    n_iter_no_change : int or None, default=None
+        ``None``: train for all ``max_iter`` epochs, the paper's fixed budget, over which the
+        KL and learning-rate schedules are laid out (no convergence warning). An integer adds
+        a stopping rule: once the KL schedule is over, training stops when the epoch loss has
+        not improved by ``tol`` for this many epochs, and a ``ConvergenceWarning`` says when
+        it did not fire before ``max_iter``.
     tol : float, default=1e-4
     n_train_samples : int, default=1
         Weight draws per gradient step.
@@ -189,7 +192,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     n_iter_ : int
         Epochs run.
     converged_ : bool
-        Whether the stopping rule fired before ``max_iter``.
+        True when the planned training ran: all ``max_iter`` epochs (``n_iter_no_change=None``)
+        or the stopping rule fired before ``max_iter``.
     inducing_matrices_ : list of ndarray
         The fixed posterior draw of ``U`` of each OoD key layer.
     ood_layers_ : list of int
@@ -247,7 +251,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         "learning_rate_init": [Interval(numbers.Real, 0, None, closed="neither")],
         "lr_milestones_frac": [tuple, list],
         "lr_gamma": [Interval(numbers.Real, 0, 1, closed="right")],
-        "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "n_train_samples": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_predict_samples": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -274,7 +278,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                  init_sd_u=1e-3, max_sd_u=0.1, kl_weight=1.0, kl_ml_frac=0.5,
                  kl_anneal_frac=0.25, label_smoothing=0.05, class_weight=None, max_iter=200,
                  batch_size=100, learning_rate_init=1e-3, lr_milestones_frac=(0.5,),
-                 lr_gamma=0.1, n_iter_no_change=10, tol=1e-4, n_train_samples=1,
+                 lr_gamma=0.1, n_iter_no_change=None, tol=1e-4, n_train_samples=1,
                  n_predict_samples=8, ood_layers=None, ood_projector="mlp",
                  ood_projector_hidden=128, ood_projector_steps=300, ood_projector_lr=1e-3,
                  ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, scale_inputs=True,
@@ -510,13 +514,14 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             net.holder.generator = None
             for p in net.parameters():  # no gradient left behind in the fitted model
                 p.grad = None
-        if not res.converged:
+        scheduled = self.n_iter_no_change is None  # the full budget is the plan, not a cap
+        if not (res.converged or scheduled):
             warnings.warn(f"{name}: training {res.message} before the loss stopped improving; "
                           "increase max_iter (the KL schedule scales with it).",
                           ConvergenceWarning, stacklevel=5)
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve
         self.kl_weights_ = kappas[:res.n_epochs]
-        self.converged_ = res.converged
+        self.converged_ = res.converged or scheduled
 
     # ================================================================== OoD set-up
     def _ood_key_layers(self, net):

@@ -2,12 +2,13 @@
 
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits, load_iris
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 
@@ -323,6 +324,21 @@ def test_loss_is_the_data_term_before_the_kl_is_switched_on():
     ce = np.array(clf.loss_curve_[:4])
     assert np.all(ce < 2.0)  # cross-entropy of 3 classes: about log 3 at the start
     assert clf.loss_curve_[-1] > clf.kl_ * 0.5  # the KL per row enters with weight 1
+
+
+def test_the_default_trains_the_whole_schedule_without_a_warning():
+    """``n_iter_no_change=None`` (default) runs all ``max_iter`` epochs, the paper's budget,
+    silently; an explicit stopping rule that does not fire in time warns."""
+    X, y = load_iris(return_X_y=True)
+    kw = dict(hidden_layer_sizes=(8,), max_iter=12, batch_size=150, random_state=0,
+              device="cpu", ood_projector_steps=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = FiDGPClassifier(**kw).fit(X, y)
+    assert clf.n_iter_ == 12 and clf.converged_
+    with pytest.warns(ConvergenceWarning, match="reached max_iter=12"):
+        ruled = FiDGPClassifier(n_iter_no_change=50, **kw).fit(X, y)
+    assert ruled.n_iter_ == 12 and not ruled.converged_
 
 
 def test_class_weight_shifts_the_decision():

@@ -319,7 +319,8 @@ class NetworkTrainer:
         validate : callable or None
             ``validate() -> float`` (lower is better), called in eval mode every
             ``validation_interval`` epochs. The best state is restored at the end, and
-            training stops when the score has not improved for ``n_iter_no_change`` epochs.
+            training stops when the score has not improved for ``n_iter_no_change`` epochs
+            (``None``: never; all ``max_epochs`` run).
             Without it, training stops when the mean training loss has not improved by
             ``tol * max(1, |loss|)`` for ``n_iter_no_change`` epochs.
         sync_steps : int
@@ -349,7 +350,8 @@ class NetworkTrainer:
         steps_per_epoch = math.ceil(n_rows / bs)
         sync_every = max(1, math.ceil(sync_steps / steps_per_epoch))
         interval = max(1, int(validation_interval))
-        patience = max(1, int(n_iter_no_change))
+        # ``None``: no stopping rule, every one of ``max_epochs`` epochs runs (a schedule)
+        patience = math.inf if n_iter_no_change is None else max(1, int(n_iter_no_change))
         bar = _progress_bar(max_epochs, label) if verbose else None
         t0 = time.perf_counter()
         last_good = self.snapshot()
