@@ -137,8 +137,11 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         Training-loss improvement that counts when ``early_stopping=False``.
     scale_inputs : bool, default=True
         Standardise the columns inside ``fit``.
-    normalize_y : bool, default=False
-        Also scale the targets to unit variance; they are always centred (the paper).
+    normalize_y : bool, default=True
+        Also scale the targets to unit variance; they are always centred. The paper only
+        centres them (``normalize_y=False``); scaling was the better default over eight
+        data sets (mean test NLPD 2.20 against 2.24, and faster; see the user guide's
+        "Defaults" page), because the prior variance and the noise start at 1.
     include_noise : bool, default=True
         ``predict``'s std/cov, ``predict_dist`` and ``sample_y`` describe y (latent
         variance plus ``noise_variance_``) or, if ``False``, the latent f.
@@ -238,7 +241,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
                  prior_variance=1.0, max_iter=500, batch_size=32, learning_rate=1e-3,
                  weight_decay=0.0, grad_clip=1.0, early_stopping=True, validation_fraction=0.2,
                  validation_interval=10, n_iter_no_change=50, tol=1e-4, scale_inputs=True,
-                 normalize_y=False, include_noise=True, batch_size_predict=None,
+                 normalize_y=True, include_noise=True, batch_size_predict=None,
                  device="auto", dtype="float64", random_state=None, verbose=0):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation

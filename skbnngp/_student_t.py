@@ -118,13 +118,16 @@ default="invgamma"
         returns). A departure from the latent default one might expect (see the User Guide): the
         package's contract is that ``predict_dist`` is the distribution of ``y``, and a latent
         predictive covers noisy test targets far below its nominal level.
-    ard : bool, default=False
+    ard : bool, default=True
         Automatic relevance determination: the first hidden layer gets one weight variance
         per input feature, ``sigma_w^2 r_i`` (the NNGP of a network whose first-layer weights
         from input ``i`` have variance ``sigma_w^2 r_i / d``), so the input kernel becomes
         ``sigma_w^2 sum_i r_i x_i x'_i / d + sigma_b^2``. The relevances ``r_i`` are learned
-        with the other hyperparameters. Not in the paper (which uses ``r_i = 1``); it is the
-        NNGP counterpart of an ARD lengthscale.
+        with the other hyperparameters. Not in the paper (which uses ``r_i = 1``; set
+        ``ard=False`` for its model); it is the NNGP counterpart of an ARD lengthscale. The
+        default by measurement: over eight data sets the two tie in mean test NLPD (2.045
+        and 2.046) at the same cost, and ARD wins where features differ in relevance
+        (concrete 2.91 against 3.00; see the user guide's "Defaults" page).
     relevance_bounds : pair of floats or "fixed", default=(1e-3, 1e3)
         Box for each relevance ``r_i`` when ``ard=True``.
     normalize_X : bool, default=True
@@ -274,7 +277,7 @@ prior_scale_bounds : pair of floats or "fixed"
     def __init__(self, *, depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1,
                  alpha=1e-2, alpha_mode="absolute", prior="invgamma", prior_shape=2.0,
                  prior_scale=2.0, burr_c=2.0, burr_d=1.0, inference="auto", n_samples=1000,
-                 predictive="posterior", include_noise=True, ard=False,
+                 predictive="posterior", include_noise=True, ard=True,
                  relevance_bounds=(1e-3, 1e3), normalize_X=True,
                  normalize_y=True, weight_variance_bounds=(1e-2, 1e2),
                  bias_variance_bounds=(1e-5, 1e1), alpha_bounds=(1e-6, 1e1),

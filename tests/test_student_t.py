@@ -26,7 +26,7 @@ X_TE = np.array([[0.5, 0.5, 0.5], [-2, 1, 0]], float)
 Y_TE = np.array([0.4, 1.5])
 FIXED = dict(depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1, alpha=1e-2,
              prior_shape=2.0, prior_scale=2.0, normalize_X=False, normalize_y=False,
-             include_noise=False, optimizer=None, device="cpu")
+             include_noise=False, optimizer=None, device="cpu", ard=False)  # the paper's kernel
 
 
 def fixed(**kw):

@@ -104,7 +104,8 @@ def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed):
     one training fold, stratified by drawing from every class for classification); the fit
     time is extrapolated as ``t(n) = t2 (n / n2)^b`` with the measured exponent ``b`` clipped
     to [1, 3]. A model whose ``folds`` full fits would exceed its share (``budget * n_jobs /
-    n_models`` seconds) gets the largest row count that fits it, never below ``n2``. Returns
+    n_models`` seconds) gets the largest row count that fits it, never below 50 rows (and 10
+    per class for a classifier). Returns
     ``{name: (rows or None, estimated seconds at full size)}``; None keeps every row.
     """
     n_train = min(len(train) for train, _ in folds)
