@@ -180,6 +180,24 @@ def test_duplicates_and_too_many_anchors():
     assert np.all(np.isfinite(reg.predict(X)))
 
 
+def test_auto_anchors_take_every_distinct_row_silently_up_to_the_cap(monkeypatch):
+    """n_anchors="auto": all distinct rows (no warning) below the cap, the cap above it, and
+    the Nystrom model on all rows is the exact GP up to jitter."""
+    import warnings
+
+    from skbnngp import _mixed_activation
+    X, y = toy(n=30)
+    X[10:20] = X[0]  # 20 distinct rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reg = fixed(jitter=0.0).fit(X, y)
+    assert reg.n_anchors_ == 20 and reg.get_params()["n_anchors"] == "auto"
+    exact = fixed(approx="exact").fit(X, y)
+    np.testing.assert_allclose(reg.predict(X), exact.predict(X), atol=1e-6)
+    monkeypatch.setattr(_mixed_activation, "AUTO_ANCHORS", 8)
+    assert fixed().fit(X, y).n_anchors_ == 8
+
+
 def test_nystrom_error_decreases_with_rank():
     """T18: the error of the Nystrom predictive mean against the exact GP decreases on
     average (3 seeds, random anchors) as r grows."""
