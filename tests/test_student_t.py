@@ -549,7 +549,7 @@ def test_classifier_binary_and_one_class():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
-@pytest.mark.parametrize("kw", [dict(), dict(ard=True, max_iter=10)])
+@pytest.mark.parametrize("kw", [{"ard": False}, {"ard": True, "max_iter": 10}])
 def test_cuda_matches_cpu(kw):
     """Issue 11: the same configuration fitted on CUDA and on the CPU predicts alike (the
     kernel blocks and the inverse route differ between devices, the model does not)."""

@@ -16,8 +16,8 @@ from ._common import DEFAULT_DATASET, UsageError
 
 #: Read as missing besides pandas' own spellings ("?" marks missing values in UCI files).
 EXTRA_NA = ["?"]
-#: A number written with a decimal comma (``3,5``, ``-1.234,5``, ``2,5e-3``).
-_DECIMAL_COMMA = re.compile(r"[-+]?\d{1,3}(\.\d{3})*,\d+([eE][-+]?\d+)?|[-+]?\d+,\d+([eE][-+]?\d+)?")
+#: A number written with a decimal comma (``3,5``, ``-0,25``, ``2,5e-3``).
+_DECIMAL_COMMA = re.compile(r"[-+]?\d*,\d+([eE][-+]?\d+)?")
 MAX_CATEGORIES = 100  # --one-hot refuses columns with more distinct values (IDs, free text)
 
 
