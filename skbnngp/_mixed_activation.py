@@ -105,7 +105,8 @@ class MixedActivationGPRegressor(GPRegressorMixin, TorchEstimatorMixin, Regresso
     The kernel ``sigma_b2 + sigma_v2 sum_m w_m k_m(x, x')`` is the covariance of an infinitely
     wide one-hidden-layer network whose additive blocks use the activations ``activations``
     (default: the paper's tanh + LeakyReLU kernel (15)). Its seven hyperparameters are fitted
-    by maximum a posteriori, and ``approx="nystrom"`` replaces the n x n covariance by a rank
+    by the paper's MAP objective (20), without hyperpriors by default (type-II maximum
+    likelihood; ``priors="default"`` adds them), and ``approx="nystrom"`` replaces the n x n covariance by a rank
     ``n_anchors`` Nystrom approximation, so that 10^5 rows cost O(n m^2) time and O(n) memory.
 
     Read more in the :ref:`User Guide <mixed_activation>`.
@@ -193,7 +194,7 @@ default=("tanh", "leaky_relu")
     Attributes
     ----------
     sigma_b2_, sigma_v2_, sigma_u2_, sigma_a2_, noise_variance_ : float
-        MAP hyperparameters (``noise_variance_`` on the normalised y scale).
+        Fitted hyperparameters (``noise_variance_`` on the normalised y scale).
     leaky_slope_ : float or None
         None without a ``"leaky_relu"`` component.
     weights_ : ndarray of shape (n_activations,)
