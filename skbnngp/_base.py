@@ -18,7 +18,7 @@ from ._backend import (as_tensor, minimize, resolve_device, resolve_dtype, stabl
                        to_numpy)
 from ._backend._train import mlp_from_state, mlp_to_state
 from .exceptions import DeviceWarning, NumericalWarning
-from .utils._sklearn_compat import Interval, StrOptions
+from .utils._sklearn_compat import Interval, StrOptions, validate_parameter_constraints
 
 #: Constraints reused by every estimator's ``_parameter_constraints``.
 DEVICE_CONSTRAINT = [str, torch.device]
@@ -57,6 +57,21 @@ def check_bounds(name, bounds, value, enforce=True):
         raise ValueError(
             f"{name}={plain(value)!r} lies outside {name}_bounds={plain(bounds)!r}.")
     return (lo, hi)
+
+
+def check_predict_params(estimator, *names):
+    """Validate the constructor parameters ``names`` that a predict-time method reads.
+
+    ``fit`` validates every parameter, but ``set_params`` after ``fit`` does not; a method
+    that reads a parameter at predict time (a batch size, a number of Monte-Carlo draws or
+    quadrature nodes, the kind of predictive) checks it here against the same
+    ``_parameter_constraints``. Raises sklearn's ``InvalidParameterError`` (a ``ValueError``
+    and ``TypeError``) naming the parameter.
+    """
+    constraints = type(estimator)._parameter_constraints
+    validate_parameter_constraints({name: constraints[name] for name in names},
+                                   {name: getattr(estimator, name) for name in names},
+                                   caller_name=type(estimator).__name__)
 
 
 def warn_convergence(estimator, result, what="hyperparameter optimisation"):

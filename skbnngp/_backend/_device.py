@@ -78,10 +78,17 @@ def resolve_dtype(dtype="float64") -> torch.dtype:
 
 
 def as_tensor(array, device, dtype) -> torch.Tensor:
-    """Copy a NumPy array (or scalar) onto ``device`` as ``dtype``, once."""
+    """Copy a NumPy array (or scalar) onto ``device`` as ``dtype``, once.
+
+    A NumPy array is always copied into new, C-contiguous memory from torch's allocator, even
+    where torch could share the array's memory. That allocator aligns every buffer (64 bytes on
+    the CPU), and MKL's threaded kernels choose how to split a sum by the alignment of their
+    operands: a shared buffer would make results depend, at round-off level, on where NumPy
+    happened to place the array (e.g. after unpickling) and on its memory layout.
+    """
     if isinstance(array, torch.Tensor):
         return array.to(device=device, dtype=dtype)
-    return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
+    return torch.tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
 
 
 def to_numpy(tensor) -> np.ndarray:

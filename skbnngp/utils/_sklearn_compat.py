@@ -2,7 +2,7 @@
 
 from sklearn.base import _fit_context  # noqa: F401
 from sklearn.utils._param_validation import (  # noqa: F401
-    HasMethods, Interval, Options, StrOptions, validate_params,
+    HasMethods, Interval, Options, StrOptions, validate_parameter_constraints, validate_params,
 )
 from sklearn.utils.validation import check_is_fitted  # noqa: F401
 from sklearn.utils.validation import validate_data as _sklearn_validate_data
@@ -25,7 +25,13 @@ def _first_non_numeric(values):
 
 def validate_data(estimator, X="no_validation", y="no_validation", **kwargs):
     """sklearn's ``validate_data``, whose "could not convert string to float" names the
-    argument (X or y) and the offending value, with a hint for string targets."""
+    argument (X or y) and the offending value, with a hint for string targets.
+
+    Dense arrays come back C-contiguous (``order="C"`` unless the caller says otherwise), so
+    that a fit or a prediction does not depend on the memory layout of the input: NumPy's
+    reductions sum a Fortran-ordered column in another order than a C-ordered one.
+    """
+    kwargs.setdefault("order", "C")
     try:
         out = _sklearn_validate_data(estimator, X, y, **kwargs)
         if kwargs.get("y_numeric") and isinstance(out, tuple):
