@@ -11,6 +11,10 @@ interrupted at a random factorisation or gradient step. The estimator must then 
   repeatability promise of ``tests/_promise.py``; or
 * raise ``ValueError``/``TypeError`` whose message names the offending argument.
 
+A quarter of the fitted cases then set one parameter that the predict methods read (found by
+watching them) to a valid or an invalid value: an invalid one must be refused, naming it, and a
+valid one must give finite predictions or be refused, naming it (issue 18, item 4).
+
 An interrupted fit must leave an unfitted estimator. Any other exception type, a NaN/inf
 output for finite input, or a half-fitted estimator fails the case.
 
@@ -34,6 +38,7 @@ from sklearn.utils.validation import check_is_fitted
 from skbnngp.utils import all_estimators
 
 from ._promise import assert_same_labels, assert_same_predictions
+from .test_fitted_state import KNOWN, SKIP, _alternatives, _invalid_value, _watching
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
@@ -118,8 +123,11 @@ def cases(draw, classifier, multi_output):
         import scipy.sparse as sp
         X = sp.csr_matrix(np.asarray(X, dtype=np.float64))
     interrupt = draw(st.sampled_from([0] * 4 + [1, 2, 5]))
-    return dict(X=X, y=y, interrupt=interrupt,
-                label=f"n={n} d={d} {kind} {bad} {container} targets={n_targets}")
+    tweak = (draw(st.sampled_from([None, None, "valid", "invalid"])),
+             draw(st.integers(0, 10**6)))
+    return dict(X=X, y=y, interrupt=interrupt, tweak=tweak,
+                label=f"n={n} d={d} {kind} {bad} {container} targets={n_targets}"
+                      + (f" then one predict-time parameter made {tweak[0]}" if tweak[0] else ""))
 
 
 def _interrupting(monkeypatch, after):
@@ -210,7 +218,39 @@ def _run(Est, name, case, monkeypatch):
             assert_same_labels(again[key], out[key], out["proba"], err_msg=key)
         else:
             assert_same_predictions(again[key], out[key], err_msg=key)
+    if case["tweak"][0] and "validated" not in KNOWN.get(name, ()):
+        return _tweak_predict_time_parameter(est, X, y, classifier, *case["tweak"])
     return "fitted"
+
+
+def _tweak_predict_time_parameter(est, X, y, classifier, kind, pick):
+    """Set one parameter that the predict methods read (found by watching them) to a valid
+    or an invalid value, after fit: the prediction must then be finite and of the right
+    shape, or be refused with an error naming the parameter; an invalid value is refused."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with _watching(est) as read:
+            _outputs(est, X, classifier)
+        names = sorted(read - SKIP)
+        if not names:
+            return "fitted"
+        param = names[pick % len(names)]
+        if kind == "invalid":
+            value = _invalid_value(type(est), param)
+        else:
+            options = _alternatives(type(est), param, getattr(est, param))
+            value = options[pick % len(options)] if options else None
+        if value is None:
+            return "fitted"
+        est.set_params(**{param: value})
+        try:
+            out = _outputs(est, X, classifier)
+        except (ValueError, TypeError) as exc:
+            assert param in str(exc), f"{param}={value!r} refused without naming it: {exc!r}"
+            return f"{kind} predict-time parameter refused"
+    assert kind == "valid", f"{param}={value!r} was accepted at predict time"
+    _check_outputs(out, len(y), classifier, est, y)
+    return f"{kind} predict-time parameter used"
 
 
 def _test_for(name, Est):
