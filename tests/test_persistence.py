@@ -2,7 +2,7 @@
 inference mode, keep the predictions under the package's repeatability promise
 (``tests/_promise.py``): to 1e-10 (float64) or 1e-4 (float32) of each output's scale, also in
 another process with another thread count, and whatever the memory layout of the input.
-skops needs to trust only the package's own types."""
+skops loads them with the package's recipe, ``trusted=skops_trusted_types()``."""
 
 import io
 import json
@@ -84,10 +84,9 @@ def _assert_same_outputs(after, before, dtype):
 
 def _skops_round_trip(est):
     sio = pytest.importorskip("skops.io")
-    data = sio.dumps(est)
-    untrusted = sio.get_untrusted_types(data=data)
-    assert all(t.startswith("skbnngp.") for t in untrusted), untrusted
-    return sio.loads(data, trusted=untrusted)
+    from skbnngp.utils import skops_trusted_types
+
+    return sio.loads(sio.dumps(est), trusted=skops_trusted_types())
 
 
 def _joblib_round_trip(est):

@@ -739,6 +739,10 @@ class Tanh(QuadratureActivation):
     def _params(self):
         return {"n_quadrature": self.n_quadrature}
 
+    def __reduce__(self):
+        # Rebuilt from the class alone, so that pickle and skops store no function.
+        return (Tanh, (self.n_quadrature,))
+
 
 class Sigmoid(QuadratureActivation):
     """Logistic sigmoid ``1 / (1 + exp(-u))``, by 2-D Gauss-Hermite quadrature.
@@ -756,6 +760,10 @@ class Sigmoid(QuadratureActivation):
 
     def _params(self):
         return {"n_quadrature": self.n_quadrature}
+
+    def __reduce__(self):
+        # Rebuilt from the class alone, so that pickle and skops store no function.
+        return (Sigmoid, (self.n_quadrature,))
 
 
 _BY_NAME = {

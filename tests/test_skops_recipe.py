@@ -1,0 +1,193 @@
+"""The skops recipe of the user guide, ``sio.load(path, trusted=skops_trusted_types())``
+(issue 18, item 1): it loads every fitted estimator, and it refuses a file that asks the loader
+to call a function of the package, such as ``skbnngp.cli.main``, before anything runs."""
+
+import inspect
+import io
+import json
+import warnings
+import zipfile
+from importlib import import_module
+
+import pytest
+
+from skbnngp import (
+    DBKRegressor,
+    FiDGPClassifier,
+    MixedActivationGPRegressor,
+    RichBLLRegressor,
+    StudentTProcessClassifier,
+    StudentTProcessRegressor,
+)
+from skbnngp.utils import all_estimators, skops_trusted_types
+
+from .test_persistence import FAST, MODES, _assert_same_outputs, _data, _outputs
+
+sio = pytest.importorskip("skops.io")
+from skops.io.exceptions import UntrustedTypesFoundException  # noqa: E402
+
+#: Every kind of fitted model: each estimator with each inference mode, and every choice of
+#: the parameters that put objects of the package into the fitted state (activations, priors).
+KINDS = [(Est, {**FAST.get(name, {}), **mode}) for name, Est in all_estimators()
+         for mode in MODES.get(name, [dict()])]
+KINDS += [(StudentTProcessRegressor, dict(max_iter=2, activation=a))
+          for a in ("erf", "leaky_relu", "tanh", "sigmoid")]
+KINDS += [(StudentTProcessRegressor, dict(max_iter=2, prior="gaussian")),
+          (StudentTProcessClassifier, dict(max_iter=2, activation="tanh", prior="burr12",
+                                           n_samples=50)),
+          (MixedActivationGPRegressor, dict(n_anchors=10, max_iter=2,
+                                            activations=("tanh", "sigmoid", "relu",
+                                                         "leaky_relu")))]
+
+
+def _fit(Est, params, dtype="float64"):
+    X, y = _data(Est.__name__)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = Est(device="cpu", random_state=0, dtype=dtype, **params).fit(X, y)
+    return est, X
+
+
+def _kind_id(kind):
+    Est, params = kind
+    return Est.__name__ + "-" + "-".join(f"{k}={v}" for k, v in params.items()
+                                         if k not in ("max_iter",))
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return {_kind_id(k): _fit(*k) for k in KINDS}
+
+
+def test_trusted_types_are_exactly_what_fitted_estimators_need(fitted):
+    needed = set()
+    for est, _ in fitted.values():
+        needed |= set(sio.get_untrusted_types(data=sio.dumps(est)))
+    assert sorted(needed) == sorted(skops_trusted_types())
+
+
+def test_trusted_types_are_classes_only():
+    types = skops_trusted_types()
+    assert len(types) == len(set(types))
+    for path in types:
+        module, _, name = path.rpartition(".")
+        obj = getattr(import_module(module), name)
+        assert inspect.isclass(obj), path
+    assert "skbnngp.cli.main" not in types
+    # a fresh list each call: a caller appending to it changes nothing for the next one
+    skops_trusted_types().append("skbnngp.cli.main")
+    assert "skbnngp.cli.main" not in skops_trusted_types()
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[_kind_id(k) for k in KINDS])
+def test_recipe_round_trips_every_estimator(kind, fitted, tmp_path):
+    est, X = fitted[_kind_id(kind)]
+    path = tmp_path / "model.skops"
+    sio.dump(est, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = _outputs(est, X)
+        loaded = sio.load(path, trusted=skops_trusted_types())
+        after = _outputs(loaded, X)
+    assert type(loaded) is type(est)
+    _assert_same_outputs(after, before, "float64")
+
+
+def test_quadrature_activations_pickle_as_their_class():
+    """Tanh and Sigmoid are rebuilt from their class, so no function is stored."""
+    import pickle
+
+    from skbnngp.kernels import Sigmoid, Tanh
+
+    for act in (Tanh(n_quadrature=17), Sigmoid()):
+        for clone in (pickle.loads(pickle.dumps(act)),
+                      sio.loads(sio.dumps(act), trusted=skops_trusted_types())):
+            assert type(clone) is type(act) and clone == act
+            assert clone.function is act.function and clone.derivative is act.derivative
+        assert sio.get_untrusted_types(data=sio.dumps(act)) == [
+            f"skbnngp.kernels._activations.{type(act).__name__}"]
+
+
+# --------------------------------------------------------------------------- tampered files
+def _schema(data):
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {n: z.read(n) for n in z.namelist()}
+
+
+def _pack(files):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, content in files.items():
+            z.writestr(name, content)
+    return buf.getvalue()
+
+
+def _json_str(value):
+    return {"__class__": "str", "__module__": "builtins", "__loader__": "JsonNode",
+            "content": json.dumps(value), "is_json": True, "__id__": 1}
+
+
+def _call_node(module, name, args):
+    """A node that makes the loader call ``module.name(*args)`` (what skops writes for an
+    object whose ``__reduce__`` is ``(type(obj), args)``)."""
+    return {"__class__": name, "__module__": module, "__loader__": "ConstructorFromReduceNode",
+            "content": {"__class__": "tuple", "__module__": "builtins",
+                        "__loader__": "TupleNode", "content": [
+                            {"__class__": "list", "__module__": "builtins",
+                             "__loader__": "ListNode", "content": [_json_str(a) for a in args],
+                             "__id__": 2}], "__id__": 3}, "__id__": 4}
+
+
+def _tampered(out_dir):
+    """A genuine fitted model whose state has one more attribute: a call of
+    ``skbnngp.cli.main(["compare", "iris", ..., "-o", out_dir])``."""
+    est, _ = _fit(StudentTProcessRegressor, dict(max_iter=2))
+    files = _schema(sio.dumps(est))
+    schema = json.loads(files["schema.json"])
+    args = ["compare", "iris", "-e", "gpr", "--folds", "2", "--time-budget", "0", "-q",
+            "--n-jobs", "1", "-o", str(out_dir)]
+    schema["content"]["content"]["payload_"] = _call_node("skbnngp.cli", "main", args)
+    files["schema.json"] = json.dumps(schema)
+    return _pack(files)
+
+
+def test_recipe_refuses_a_file_that_calls_a_package_function(tmp_path):
+    out_dir = tmp_path / "written-by-the-file"
+    data = _tampered(out_dir)
+    path = tmp_path / "tampered.skops"
+    path.write_bytes(data)
+    # the old advice (trust what get_untrusted_types reports if it all starts with skbnngp.)
+    # would have trusted the call:
+    reported = sio.get_untrusted_types(file=path)
+    assert "skbnngp.cli.main" in reported
+    assert all(t.startswith("skbnngp.") for t in reported)
+    with pytest.raises(UntrustedTypesFoundException, match="skbnngp.cli.main"):
+        sio.load(path, trusted=skops_trusted_types())
+    with pytest.raises(UntrustedTypesFoundException):
+        sio.loads(data, trusted=skops_trusted_types())
+    assert not out_dir.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tampered.skops"]
+
+
+@pytest.mark.parametrize("target", ["skbnngp.utils.discovery.all_estimators",
+                                    "skbnngp.datasets.load_dataset",
+                                    "skbnngp.kernels._activations.get_activation"])
+def test_recipe_refuses_any_package_function(target, tmp_path):
+    """A function node or a call node naming any function of the package is refused."""
+    est, _ = _fit(StudentTProcessRegressor, dict(max_iter=2))
+    files = _schema(sio.dumps(est))
+    schema = json.loads(files["schema.json"])
+    module, _, name = target.rpartition(".")
+    schema["content"]["content"]["call_"] = _call_node(module, name, ["x"])
+    schema["content"]["content"]["function_"] = {
+        "__class__": name, "__module__": module, "__loader__": "TypeNode", "__id__": 5}
+    files["schema.json"] = json.dumps(schema)
+    with pytest.raises(UntrustedTypesFoundException, match=name):
+        sio.loads(_pack(files), trusted=skops_trusted_types())
+
+
+# the estimators the recipe covers are all the public ones
+def test_kinds_cover_every_public_estimator():
+    covered = {Est for Est, _ in KINDS}
+    assert covered == {Est for _, Est in all_estimators()}
+    assert {FiDGPClassifier, RichBLLRegressor} <= covered
