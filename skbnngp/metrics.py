@@ -11,6 +11,15 @@ Every metric also exists as a scorer for :class:`~sklearn.model_selection.GridSe
 greater is better, so losses are negated and prefixed ``neg_`` (``neg_nlpd_scorer`` returns
 ``-nlpd``). :func:`get_scorer` resolves names such as ``"neg_nlpd"`` or ``"coverage_95"`` and
 falls back to :func:`sklearn.metrics.get_scorer` for every other name.
+
+A predictive with zero spread (a Gaussian or Student-t with ``scale = 0``, a
+:class:`~skbnngp.distributions.ScaleMixtureNormal` with ``base_scale = 0``) is read as a point
+mass at its location ``mu``, consistently in every metric: its CRPS is ``|y - mu|``; its
+central intervals are ``[mu, mu]``, of width 0, and cover ``y`` only where ``y == mu`` exactly;
+its NLPD is ``+inf`` where ``y != mu`` (the forecast ruled out what happened) and ``-inf``
+where ``y == mu`` (an infinite density). A mean over entries that contains ``+inf`` is
+``+inf``; one that contains ``-inf`` but no ``+inf`` is ``-inf`` (entries of zero weight do
+not count).
 """
 
 from __future__ import annotations
@@ -100,15 +109,48 @@ def _finite_or_raise(values, what):
     return values
 
 
+def _mean(values, weights=None, axis=0):
+    """Weighted mean along ``axis`` in which ``+inf`` wins over ``-inf`` (never NaN from
+    ``inf - inf``) and entries of zero weight are left out."""
+    values = np.moveaxis(np.asarray(values, dtype=np.float64), axis, 0)
+    if np.all(np.isfinite(values)):
+        return np.average(values, axis=0, weights=weights)
+    live = np.ones(values.shape[0], dtype=bool) if weights is None else weights > 0
+    counted = values[live]
+    finite = np.where(np.isfinite(values), values, 0.0)
+    out = np.average(finite, axis=0, weights=weights)
+    out = np.where(np.any(counted == -np.inf, axis=0), -np.inf, out)
+    out = np.where(np.any(counted == np.inf, axis=0), np.inf, out)
+    return np.where(np.any(np.isnan(counted), axis=0), np.nan, out)
+
+
 def _aggregate(values, y, sample_weight, multioutput):
     """Average per-entry scores over samples (weighted), then over targets."""
     values = np.broadcast_to(values, y.shape)
     n = y.shape[0] if y.ndim else 1
     w = _check_weights(sample_weight, n)
-    per_target = np.average(values.reshape(n, -1), axis=0, weights=w)
+    per_target = np.atleast_1d(_mean(values.reshape(n, -1), w))
     if multioutput == "raw_values":
         return per_target
-    return float(np.mean(per_target))
+    return float(_mean(per_target))
+
+
+def _point_mass(dist, shape):
+    """``(mask, loc)`` broadcast to ``shape``: the entries of a closed-form predictive whose
+    scale is 0 (point masses at ``loc``), or None when there are none."""
+    form = _closed_form(dist)
+    if form is None:
+        return None
+    family, params = form
+    scale = params["base_scale"] if family == "scale_mixture_norm" else params["scale"]
+    try:
+        mask = np.broadcast_to(np.asarray(scale, dtype=np.float64) == 0, shape)
+        if not mask.any():
+            return None
+        loc = np.broadcast_to(np.asarray(params["loc"], dtype=np.float64), shape)
+    except ValueError:  # shapes that do not broadcast: the caller's own checks report them
+        return None
+    return mask, loc
 
 
 # ============================================================================ closed forms
@@ -322,7 +364,9 @@ def nlpd(y_true, dist, *, sample_weight=None, multioutput="uniform_average"):
     """Mean negative log predictive density, ``-mean(dist.logpdf(y_true))``.
 
     Lower is better. It is in the units of ``y_true`` (a log-density), so rescaling y by a
-    factor ``a`` shifts it by ``log a``.
+    factor ``a`` shifts it by ``log a``. An entry with zero predictive spread is a point mass
+    (see the module notes): ``+inf`` where ``y`` differs from its location, ``-inf`` where it
+    equals it exactly, and the mean is ``+inf`` as soon as one entry is.
 
     Parameters
     ----------
@@ -353,7 +397,15 @@ def nlpd(y_true, dist, *, sample_weight=None, multioutput="uniform_average"):
     0.9189...
     """
     y = _check_y_dist(y_true, dist)
-    values = _finite_or_raise(dist.logpdf(y), "dist.logpdf")
+    point = _point_mass(dist, y.shape)
+    if point is None:
+        values = _finite_or_raise(dist.logpdf(y), "dist.logpdf")
+    else:  # -log density of a point mass: -inf at its location, +inf elsewhere
+        mask, loc = point
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = np.broadcast_to(np.asarray(dist.logpdf(y), dtype=np.float64), y.shape)
+        values = np.where(mask, np.where(y == loc, np.inf, -np.inf), values)
+        _finite_or_raise(values[~mask], "dist.logpdf")
     return _aggregate(-values, y, sample_weight, multioutput)
 
 
@@ -467,10 +519,26 @@ def _broadcast(y, dist):
     return np.broadcast_shapes(y.shape, _dist_shape(dist))
 
 
-def _pit(y, dist):
-    """Probability integral transform ``F(y)``, validated."""
-    u = _finite_or_raise(dist.cdf(y), "dist.cdf")
-    return np.broadcast_to(u, y.shape)
+def _pit(y, dist, kind="quantile"):
+    """Probability integral transform ``F(y)``, validated.
+
+    For a point mass at ``mu`` (zero scale) ``F`` jumps at ``mu``; the entries are set so that
+    ``y == mu`` lies inside every interval: ``kind="quantile"`` gives 0 for ``y <= mu`` (below
+    every quantile, all of which are ``mu``) and 1 above; ``kind="central"`` gives 1/2 for
+    ``y == mu`` (so ``|2 F - 1| = 0``) and 0 or 1 elsewhere.
+    """
+    point = _point_mass(dist, y.shape)
+    if point is None:
+        return np.broadcast_to(_finite_or_raise(dist.cdf(y), "dist.cdf"), y.shape)
+    mask, loc = point
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.broadcast_to(np.asarray(dist.cdf(y), dtype=np.float64), y.shape)
+    _finite_or_raise(u[~mask], "dist.cdf")
+    if kind == "quantile":
+        at = np.where(y <= loc, 0.0, 1.0)
+    else:
+        at = np.where(y == loc, 0.5, np.where(y < loc, 0.0, 1.0))
+    return np.where(mask, at, u)
 
 
 @validate_params(
@@ -507,7 +575,8 @@ def interval_coverage(y_true, dist, confidence=0.95, *, sample_weight=None,
     -----
     For a continuous predictive cdf F, y lies in the central interval
     ``[F^-1((1 - c)/2), F^-1((1 + c)/2)]`` exactly when ``|2 F(y) - 1| <= c``; the latter is
-    what is computed (one ``cdf`` call, no quantile search).
+    what is computed (one ``cdf`` call, no quantile search). A point mass (zero scale) covers
+    ``y`` exactly when ``y`` equals its location.
 
     Examples
     --------
@@ -518,7 +587,7 @@ def interval_coverage(y_true, dist, confidence=0.95, *, sample_weight=None,
     0.666...
     """
     y = _check_y_dist(y_true, dist)
-    inside = np.abs(2 * _pit(y, dist) - 1) <= confidence
+    inside = np.abs(2 * _pit(y, dist, "central") - 1) <= confidence
     return _aggregate(inside.astype(np.float64), y, sample_weight, multioutput)
 
 
@@ -553,9 +622,13 @@ def interval_width(dist, confidence=0.95, *, sample_weight=None, multioutput="un
     >>> interval_width(stats.norm(np.zeros(4), 1.0))  # 2 * 1.95996...
     3.9199...
     """
-    lo, hi = dist.interval(confidence)
-    width = _finite_or_raise(np.asarray(hi, dtype=np.float64) - lo, "dist.interval")
-    width = np.atleast_1d(width)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lo, hi = dist.interval(confidence)
+        width = np.atleast_1d(np.asarray(hi, dtype=np.float64) - lo)
+    point = _point_mass(dist, width.shape)
+    if point is not None:  # a point mass: [mu, mu]
+        width = np.where(point[0], 0.0, width)
+    width = _finite_or_raise(width, "dist.interval")
     return _aggregate(width, width, sample_weight, multioutput)
 
 
@@ -606,7 +679,7 @@ def calibration_curve_regression(y_true, dist, *, n_levels=19, kind="central"):
     True
     """
     y = _check_y_dist(y_true, dist)
-    u = _pit(y, dist).ravel()
+    u = _pit(y, dist, kind).ravel()
     nominal = _levels(n_levels)
     stat = np.abs(2 * u - 1) if kind == "central" else u
     observed = np.mean(stat[None, :] <= nominal[:, None], axis=1)
@@ -775,6 +848,7 @@ class _PredictiveScorer:
         self._kwargs = kwargs
 
     def __call__(self, estimator, X, y_true, sample_weight=None):
+        y_true = self._check_y(X, y_true)
         response = getattr(estimator, self._response_method)(X)
         kwargs = dict(self._kwargs)
         if sample_weight is not None:
@@ -785,6 +859,24 @@ class _PredictiveScorer:
         if self._score_func is interval_width:
             return self._sign * self._score_func(response, **kwargs)
         return self._sign * self._score_func(y_true, response, **kwargs)
+
+    def _check_y(self, X, y_true):
+        """``y`` must have one entry per row of ``X``, finite when it is numeric (every score
+        of a regressor, and :func:`interval_width`, which reads only ``X``, checks it too)."""
+        from sklearn.utils.validation import _num_samples
+
+        if y_true is None:
+            raise ValueError("y is required by this scorer, got None.")
+        y = np.asarray(y_true)
+        n_x = _num_samples(X)
+        if y.ndim == 0 or y.shape[0] != n_x:
+            raise ValueError(f"y has {0 if y.ndim == 0 else y.shape[0]} entries but X has "
+                             f"{n_x} rows; the scorer needs one target per row of X.")
+        if self._response_method == "predict_proba":
+            if y.dtype.kind in "fc" and not np.all(np.isfinite(y)):
+                raise ValueError("y contains NaN or infinity; class labels must be finite.")
+            return y_true
+        return check_array(y_true, ensure_2d=False, dtype=np.float64, input_name="y")
 
     def __repr__(self):
         extra = "".join(f", {k}={v!r}" for k, v in self._kwargs.items())

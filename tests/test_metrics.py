@@ -367,3 +367,87 @@ def test_y_of_shape_n_by_1_matches_a_flat_distribution():
     y = np.linspace(-1, 1, 5)
     assert crps(y[:, None], dist) == pytest.approx(crps(y, dist))
     assert nlpd(y, stats.norm(np.zeros((5, 1)), 1.0)) == pytest.approx(nlpd(y, dist))
+
+
+# ---------------------------------------------------------------------------- point masses
+POINT_MASSES = [
+    lambda loc: stats.norm(loc, np.zeros_like(loc)),
+    lambda loc: stats.t(3.0, loc, np.zeros_like(loc)),
+    lambda loc: ScaleMixtureNormal(loc, np.zeros_like(loc), [0.5, 2.0], [0.3, 0.7]),
+]
+
+
+@pytest.mark.parametrize("make", POINT_MASSES, ids=["norm", "t", "scale_mixture"])
+def test_zero_scale_is_a_point_mass_in_every_metric(make):
+    """Issue 18 item 8: std = 0 gave CRPS |y - mu| but NaN errors in NLPD and coverage."""
+    loc = np.array([0.0, 1.0, -2.0, 3.0])
+    y = np.array([0.0, 1.5, -2.0, 2.0])  # on the atom, off, on, off
+    dist = make(loc)
+    assert crps(y, dist) == pytest.approx(np.mean(np.abs(y - loc)))
+    np.testing.assert_array_equal(crps(y[:, None], make(loc[:, None]), multioutput="raw_values"),
+                                  [np.mean(np.abs(y - loc))])
+    assert interval_coverage(y, dist, 0.9) == 0.5
+    assert interval_width(dist, 0.9) == 0.0
+    assert nlpd(y, dist) == np.inf  # two entries are ruled out
+    assert nlpd(y[[0, 2]], make(loc[[0, 2]])) == -np.inf  # every entry on its atom
+    # zero weights leave the ruled-out entries out
+    assert nlpd(y, dist, sample_weight=[1, 0, 1, 0]) == -np.inf
+    nominal, observed = calibration_curve_regression(y, dist, n_levels=4)
+    np.testing.assert_array_equal(observed, [0.5] * 4)
+    _, below = calibration_curve_regression(y, dist, n_levels=4, kind="quantile")
+    np.testing.assert_array_equal(below, [0.75] * 4)  # y <= mu for all but 1.5 > 1.0
+    assert regression_calibration_error(y, dist) == pytest.approx(
+        np.mean(np.abs(0.5 - np.arange(1, 20) / 20)))
+
+
+def test_point_mass_next_to_a_proper_predictive():
+    """Mixed entries: only the zero-scale ones are point masses."""
+    loc, scale = np.zeros(4), np.array([0.0, 1.0, 1.0, 0.0])
+    y = np.array([0.0, 0.5, 3.0, 0.2])
+    dist = stats.norm(loc, scale)
+    proper = stats.norm(loc[1:3], scale[1:3])
+    assert nlpd(y, dist) == np.inf
+    assert nlpd(y[:3], dist.__class__(dist.dist, loc[:3], scale[:3])) == -np.inf
+    assert interval_coverage(y, dist, 0.95) == pytest.approx(
+        (1 + 2 * interval_coverage(y[1:3], proper, 0.95)) / 4)
+    assert interval_width(dist, 0.95, multioutput="raw_values") == pytest.approx(
+        interval_width(proper, 0.95) / 2)
+    expected = (0.0 + 2 * crps(y[1:3], proper) + 0.2) / 4
+    assert crps(y, dist) == pytest.approx(expected)
+    # NaN scales are still refused
+    with pytest.raises(ValueError, match="NaN"):
+        nlpd(y, stats.norm(loc, np.array([0.0, np.nan, 1.0, 1.0])))
+
+
+# ---------------------------------------------------------------------------- scorer checks
+SCORERS = {"neg_nlpd": neg_nlpd_scorer, "neg_crps": neg_crps_scorer, "coverage": coverage_scorer,
+           "neg_interval_width_95": neg_interval_width_scorer,
+           "neg_calibration_error": neg_calibration_error_scorer}
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_scorers_check_y(name, toy_regression):
+    """Issue 18 item 8: neg_interval_width_95 accepted a y of the wrong length or all NaN."""
+    X, y = toy_regression
+    est = GPRWithDist().fit(X[:40], y[:40])
+    scorer = SCORERS[name]
+    Xt, yt = X[40:], y[40:]
+    for bad, match in [(yt[:-1], "y has 19 entries but X has 20 rows"),
+                       (np.r_[yt, 0.0], "y has 21 entries"),
+                       (np.full(20, np.nan), "y"), (np.r_[yt[:-1], np.inf], "y"),
+                       (None, "y is required")]:
+        with pytest.raises(ValueError, match=match):
+            scorer(est, Xt, bad)
+    assert np.isfinite(scorer(est, Xt, yt))
+
+
+def test_classification_scorer_checks_y():
+    X, y = load_iris(return_X_y=True)
+    clf = LogisticRegression(max_iter=500).fit(X, y)
+    with pytest.raises(ValueError, match="y has 149 entries but X has 150 rows"):
+        neg_ece_scorer(clf, X, y[:-1])
+    with pytest.raises(ValueError, match="y contains NaN"):
+        neg_ece_scorer(clf, X, np.where(y == 0, np.nan, y))
+    names = np.array(["a", "b", "c"])[y]
+    clf_named = LogisticRegression(max_iter=500).fit(X, names)
+    assert np.isfinite(neg_ece_scorer(clf_named, X, names))
