@@ -59,6 +59,41 @@ def check_bounds(name, bounds, value, enforce=True):
     return (lo, hi)
 
 
+def check_class_labels(y):
+    """Refuse class labels of mixed types, which cannot be sorted into ``classes_``.
+
+    Labels of one kind (all numbers, or all strings) pass unchanged; ``["a", 1]`` as an object
+    array would otherwise fail deep in ``np.unique`` with ``'<' not supported``.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,)
+
+    Raises
+    ------
+    TypeError
+        Naming ``y`` and the mixed types, e.g. "mixed types: str and int".
+    """
+    y = np.asarray(y)
+    if y.dtype.kind != "O":
+        return
+    seen = {}  # kind -> first type name: strings, numbers, anything else by its type
+    for value in y.ravel():
+        if isinstance(value, (str, np.str_)):
+            kind = "0str"
+        elif isinstance(value, (bytes, np.bytes_)):
+            kind = "1bytes"
+        elif isinstance(value, (numbers.Number, np.bool_)) and not isinstance(value, bool):
+            kind = "2number"
+        else:
+            kind = f"3{type(value).__name__}"
+        seen.setdefault(kind, type(value).__name__)
+    if len(seen) > 1:
+        names = [seen[k] for k in sorted(seen)]
+        raise TypeError(f"y has class labels of mixed types: {' and '.join(names)}; use labels "
+                        "of one type (e.g. all strings: np.asarray(y).astype(str)).")
+
+
 def check_predict_params(estimator, *names):
     """Validate the constructor parameters ``names`` that a predict-time method reads.
 

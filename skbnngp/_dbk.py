@@ -668,8 +668,11 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
             check_is_fitted(self)
             Yc = y.reshape(-1, 1) if y.ndim == 1 else y
             if Yc.shape[1] != self.weight_mean_.shape[1] or (y.ndim == 1) != self._y_1d:
-                raise ValueError(f"{name}.partial_fit: y has {Yc.shape[1]} target(s), the "
-                                 f"model was started with {self.weight_mean_.shape[1]}.")
+                first_shape = ("(n_samples,)" if self._y_1d
+                               else f"(n_samples, {self.weight_mean_.shape[1]})")
+                raise ValueError(f"{name}.partial_fit: y has shape {y.shape}, but the model was "
+                                 f"started with y of shape {first_shape}; pass y of that shape "
+                                 "in every call (1-D and one column are not mixed).")
             cache = self._get_cache()
             if cache["trainer"] is None:  # after fit(svi) is pickled, or a first fit
                 cache = self._resume_stream(cache)

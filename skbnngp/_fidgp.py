@@ -20,6 +20,7 @@ from ._backend._inducing import FiDNetwork, InducingLinear
 from ._backend._train import mlp_from_state, mlp_to_state
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_hidden_layer_sizes, input_scaling, plain, transactional)
+from ._base import check_class_labels
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -434,6 +435,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         """
         self._check_params()
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
+        check_class_labels(y)
         check_classification_targets(y)
         classes, y_idx = np.unique(y, return_inverse=True)
         if len(classes) < 2:

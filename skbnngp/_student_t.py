@@ -20,6 +20,7 @@ from ._backend import (DEFAULT_BLOCK_ELEMENTS, ExactGP, as_tensor, auto_batch_si
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
                     clip_variances, fit_hyperparameters, input_scaling, plain, transactional)
+from ._base import check_class_labels
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
@@ -700,6 +701,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         self : object
         """
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
+        check_class_labels(y)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
         if self.classes_.size < 2:
