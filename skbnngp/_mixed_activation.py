@@ -19,7 +19,7 @@ from ._backend import (ExactGP, NystromGP, as_tensor, gp_predict, iter_slices,
                        to_float, to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, fit_hyperparameters, input_scaling, plain,
+                    check_predict_params, clip_variances, fit_hyperparameters, input_scaling, plain,
                     transactional)
 from .kernels import PAPER_ACTIVATIONS, Activation, mixed_activation_kernel
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -470,6 +470,7 @@ default=("tanh", "leaky_relu")
 
         layout = _Layout(acts)
         self._layout = layout
+        self._jitter = float(self.jitter)  # fitted: log_marginal_likelihood(theta) reuses it
         Xt = as_tensor(Xs, device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         Zt = None if exact else as_tensor(Z, device, dtype)
@@ -503,7 +504,7 @@ default=("tanh", "leaky_relu")
         if Zt is None:
             return ExactGP(kernel, unpack, Xt, Yt,
                            context=f"{type(self).__name__}(approx='exact')")
-        return NystromGP(kernel, unpack, Xt, Yt, Zt, jitter=self.jitter)
+        return NystromGP(kernel, unpack, Xt, Yt, Zt, jitter=self._jitter)
 
     def _optimise(self, engine, raw, bounds, priors, rng):
         """Minimise the per-datum MAP objective (subset warm start, then refinement)."""
@@ -554,6 +555,14 @@ default=("tanh", "leaky_relu")
         # skops-saved model predicts bit for bit as the fitted one
         self._cache = self._build_cache()
 
+    def _get_cache(self):
+        # rebuilt from fitted attributes only (device_, _dtype), never from a parameter that
+        # set_params may have changed since fit
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            cache = self._cache = self._build_cache()
+        return cache
+
     def _build_cache(self):
         # after unpickling: tensors on device_ from the NumPy fitted state
         dev, dt = self.device_, self._dtype
@@ -567,6 +576,7 @@ default=("tanh", "leaky_relu")
     def _latent(self, X, *, full_cov=False):
         """Normalised predictive mean (q x C) and variance (q,) or covariance (q x q)."""
         check_is_fitted(self)
+        check_predict_params(self, "include_noise", "batch_size")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
         p = cache["p"]

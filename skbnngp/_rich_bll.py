@@ -19,8 +19,8 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, auto_batch_size, 
                        build_mlp, stable_cholesky, to_float, to_numpy)
 from ._backend._jacobian import GaussianSketch, body_jacobians, head_features, split_parameters
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
-                    TorchEstimatorMixin, check_hidden_layer_sizes, clip_variances,
-                    input_scaling, transactional, user_network)
+                    TorchEstimatorMixin, check_hidden_layer_sizes, check_predict_params,
+                    clip_variances, input_scaling, transactional, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -158,6 +158,8 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
     ----------
     network_ : torch.nn.Module
         The (trained) network, on ``device_``; pickled on the CPU.
+    uncertainty_ : str
+        The ``uncertainty`` the posterior was fitted for (what ``predict`` uses).
     noise_variance_ : float
     variance_factor_ : ndarray of shape (r, r) or (p, p)
         ``T`` with latent variance ``|T^T phi(x)|^2``, ``phi`` the head features
@@ -465,9 +467,18 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
                                    context=f"{name}: I + A^T A")
             self.projection_chol_ = to_numpy(L)
             T = posterior_factor(G_S, AtA, noise, n_scale, self.prior_variance, name)
+        self.uncertainty_ = self.uncertainty
         self.noise_variance_ = noise
         self.variance_factor_ = to_numpy(T)
         self._cache = {"T": T, "head": head, "body": body_names}
+
+    def _get_cache(self):
+        # rebuilt from fitted attributes only (device_, _dtype), never from a parameter that
+        # set_params may have changed since fit
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            cache = self._cache = self._build_cache()
+        return cache
 
     def _build_cache(self):
         dev = self.device_
@@ -482,7 +493,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         head = cache["head"]
         f, Phi = head_features(net, head, Xq, self._chunk(head.in_features))
         Phi = Phi.to(F64)
-        if self.uncertainty == "ntk":
+        if self.uncertainty_ == "ntk":
             parts = [torch.cat([J.to(F64), Phi[s:s + J.shape[0]]], dim=1)
                      for s, J in body_jacobians(net, cache["body"], Xq,
                                                 self._chunk(self.n_params_body_))]
@@ -491,6 +502,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
 
     def _latent(self, X, *, full_cov=False):
         check_is_fitted(self)
+        check_predict_params(self, "include_noise", "batch_size_predict")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
         Xq = as_tensor((X - self._x_offset) / self._x_scale, self.device_, self._dtype)

@@ -45,8 +45,6 @@ _OPEN = "issue 18: predict-time parameters unchecked, caches rebuilt from parame
 KNOWN = {
     "DBKRegressor": {"validated", "round_trip", "partial_fit"},
     "FiDGPClassifier": {"validated", "round_trip"},
-    "MixedActivationGPRegressor": {"validated", "round_trip"},
-    "RichBLLRegressor": {"validated", "round_trip"},
     "StudentTProcessClassifier": {"validated"},
     "StudentTProcessRegressor": {"validated", "round_trip"},
 }
