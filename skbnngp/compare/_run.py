@@ -318,6 +318,33 @@ def _check_device(device):
 
 
 
+#: The files compare writes into its output directory.
+OUTPUT_FILES = ("report.md", "report.json", "calibration.png")
+
+
+def _check_output_dir(out_dir):
+    """Refuse, before any fit, an output directory that cannot take the reports: one that is
+    not writable, or where a report's name is taken by a directory."""
+    import os
+    import tempfile
+
+    if not out_dir.is_dir():
+        raise UsageError(f"output directory {str(out_dir)!r} is not a directory")
+    for name in OUTPUT_FILES:
+        path = out_dir / name
+        if path.is_dir():
+            raise UsageError(f"cannot write {str(path)!r}: it is a directory; remove it or "
+                             "choose another -o DIR")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UsageError(f"cannot write {str(path)!r}: permission denied")
+    try:
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write into output directory {str(out_dir)!r}: "
+                         f"{exc.strerror or exc}") from None
+
+
 def _compare(args, argv, out, err):
     """Run ``skbnngp compare``; returns the exit status."""
     from joblib import Parallel, delayed, effective_n_jobs
@@ -335,6 +362,7 @@ def _compare(args, argv, out, err):
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create output directory {str(out_dir)!r}: {exc}") from None
+    _check_output_dir(out_dir)
 
     d = data.X.shape[1]
     pipes = {name: _build(name, candidates, d, args) for name in names}
