@@ -69,7 +69,7 @@ def _compare_parser(subparsers):
                    help="use a random subset of N rows")
     p.add_argument("--time-budget", type=_non_negative_float, default=300.0, metavar="SECONDS",
                    help="wall-clock budget of the cross-validation (default: 300). Each model's "
-                   "fit time is first predicted from timed fits on 20 rows, doubling up to n/2 "
+                   "fit time is first predicted from timed fits on 20, n/8, n/4 and n/2 rows "
                    "(CPU time, fixed start-up cost apart; their time is deducted); cheapest "
                    "first, models keep every row while the rest still fit, and a model that "
                    "does not fit is trained on a random subset of the rows, which the report "

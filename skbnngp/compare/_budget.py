@@ -6,9 +6,9 @@ model, compiling, a fixed number of optimiser steps) plus a per-row cost that gr
 ``n^b``. Timing two small fits and extrapolating their ratio, as the planner did before,
 reads the fixed cost as per-row cost and overstates a large fit by up to
 ``a (n / n_pilot - 1)``: it cut FiD-GP to 574 of 1,437 rows on ``digits`` although its full
-fit fitted in its share. Here each model is timed on growing subsets (20 rows, then
-doubling up to n/2), the curve is fitted by least squares (relative errors) to the three
-largest, and the full fit is predicted from it. Only a model whose predicted folds do not fit in its
+fit fitted in its share. Here each model is timed on up to four growing subsets (20, n/8,
+n/4 and n/2 rows), the curve is fitted by least squares on the logarithm of the times, and
+the full fit is predicted from it. Only a model whose predicted folds do not fit in its
 share is subsampled: cheapest first, models keep every row as long as the costlier ones
 can still be fitted on their smallest subsets, and those that cannot all keep every row share
 what is left.
@@ -122,7 +122,7 @@ def _nnls2(A, y):
 
 
 def pilot_sizes(n_train, smallest=SMALLEST_PILOT):
-    """Row counts of the pilot fits: doubling from 20 up to n/2 (..., n/8, n/4, n/2).
+    """Row counts of the pilot fits: 20, n/8, n/4 and n/2 (fewer on small data).
 
     Parameters
     ----------
@@ -132,31 +132,21 @@ def pilot_sizes(n_train, smallest=SMALLEST_PILOT):
 
     Returns
     -------
-    list of int, increasing, the first ``smallest``, the last ``n_train // 2``, each about
-    twice the one before; empty when ``n_train // 2 < smallest``.
+    list of int, increasing, each at least ``smallest`` and at most ``n_train // 2``.
     """
     half = n_train // 2
     if half < smallest:
         return []
-    sizes = [half]
-    while sizes[-1] // 2 >= 1.5 * smallest:
-        sizes.append(sizes[-1] // 2)
-    return [smallest] + sorted(set(sizes) - {smallest})
-
-
-#: Pilots the curve is fitted to: the largest ones, where the per-row cost dominates.
-N_FITTED = 3
+    sizes = {smallest, n_train // 8, n_train // 4, half}
+    return sorted(s for s in sizes if smallest <= s <= half)
 
 
 def measure(time_fit, sizes, *, limit=math.inf):
-    """Time fits on growing ``sizes`` and fit the cost curve to the largest of them.
+    """Time fits on growing ``sizes`` and fit the cost curve.
 
-    Before each pilot its time is predicted, from the curve of the pilots so far, or after a
-    single one as growing with the square of the rows (cautious: a cubic model is caught a
-    doubling later); the series stops when that would take the time spent above ``limit``
-    seconds, or at a failed pilot (a non-finite time). The curve is fitted to the
-    :data:`N_FITTED` largest pilots: small fits are often dominated by a fixed number of
-    optimiser steps, which says nothing about the cost of a large one.
+    A pilot is skipped, and so are the larger ones, when the curve of the fits so far
+    predicts that it would bring the time spent on pilots above ``limit`` seconds; a failed
+    pilot (a non-finite time) ends the series.
 
     Parameters
     ----------
@@ -177,11 +167,7 @@ def measure(time_fit, sizes, *, limit=math.inf):
     """
     timings, spent = [], 0.0
     for n in sizes:
-        if len(timings) == 1:
-            ahead = timings[0][1] * (n / timings[0][0]) ** 2
-        elif timings:
-            ahead = fit_cost_curve(*zip(*timings[-N_FITTED:]))(n)
-        if timings and spent + ahead > limit:
+        if timings and spent + fit_cost_curve(*zip(*timings))(n) > limit:
             break
         took = float(time_fit(n))
         if not math.isfinite(took):
@@ -189,7 +175,7 @@ def measure(time_fit, sizes, *, limit=math.inf):
         took = max(took, 1e-6)
         spent += took
         timings.append((n, took))
-    curve = fit_cost_curve(*zip(*timings[-N_FITTED:])) if timings else None
+    curve = fit_cost_curve(*zip(*timings)) if timings else None
     return curve, timings
 
 

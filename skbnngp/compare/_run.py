@@ -102,7 +102,7 @@ def _pilot_time(pipe, X, y, rows, threads, clock=time.process_time):
 #: measured on 2 cores: 1.06-1.2x the time of the same fit alone.
 CONTENTION = 1.25
 #: Most of a model's equal share of the budget that its pilot fits may take.
-PILOT_FRACTION = 0.3
+PILOT_FRACTION = 0.2
 
 
 def _pilot_curve(pipe, X, y, order, sizes, threads, clock, limit):
@@ -124,8 +124,8 @@ def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed, device="cpu"
                  pilot_jobs=None):
     """Training rows per model so that all folds of all models fit in ``budget`` seconds.
 
-    Each model is timed on growing random subsets of one training fold (20 rows, then
-    doubling up to n/2, drawing from every class first for classification), in CPU seconds of the
+    Each model is timed on growing random subsets of one training fold (20, n/8, n/4 and
+    n/2 rows, drawing from every class first for classification), in CPU seconds of the
     process that fits it (wall seconds on a GPU), stopping before a pilot that would take
     the model's pilots past :data:`PILOT_FRACTION` of its equal share; the models' pilots
     run ``pilot_jobs`` (default ``n_jobs``) at a time. The cost ``a + c n^b`` fitted to
