@@ -347,12 +347,12 @@ def test_budget_plan_water_fills_and_deducts_the_pilots(monkeypatch):
     from types import SimpleNamespace
     cost = {"fast": lambda n: 1e-3 * n, "slow": lambda n: 1e-6 * n ** 3}
     monkeypatch.setattr(compare_run, "_pilot_time",
-                        lambda pipe, X, y, rows, threads, clock: cost[pipe](len(rows)))
+                        lambda pipe, X, y, rows, threads: cost[pipe](len(rows)))
     X, y = np.zeros((2000, 1)), np.zeros(2000)
     folds = list(KFold(5).split(X))
     data = SimpleNamespace(X=X, y=y, task="regression")
     plan = compare_run._plan_budget({"fast": "fast", "slow": "slow"}, data, folds, n_jobs=2,
-                                    budget=100.0, threads=1, seed=0, pilot_jobs=1)
+                                    budget=100.0, threads=1, seed=0)
     c = compare_run.CONTENTION
     assert plan["fast"] == (None, pytest.approx(c * 1e-3 * 1600))
     rows, full = plan["slow"]
