@@ -16,11 +16,12 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, auto_batch_size,
-                       blr_log_evidence, blr_posterior, blr_stats, build_mlp, chunked_apply,
-                       to_float, to_numpy)
+from ._backend import (ACTIVATIONS, BLREvidence, BLRPosterior, NetworkTrainer, as_tensor,
+                       auto_batch_size, blr_fit_scales, blr_log_evidence, blr_posterior,
+                       blr_stats, build_mlp, chunked_apply, iter_slices, to_float, to_numpy)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
-                    TorchEstimatorMixin, check_hidden_layer_sizes, clip_variances,
+                    TorchEstimatorMixin, check_hidden_layer_sizes, check_predict_params,
+                    clip_variances,
                     fit_transaction, input_scaling, transactional, user_network)
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -30,6 +31,17 @@ from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is
 #: schedule (10,000 / 100 / 2,000 at learning rate 1e-3) is ``preset="paper"``.
 _SCHEDULE = {"exact": (2_000, 20, 200), "svi": (2_000, 10, 200)}
 _PAPER_SCHEDULE = {"exact": (10_000, 100, 2_000), "svi": (2_000, 10, 200)}
+#: ``noise_init="auto"``: the initial noise variance as a fraction of the variance of the
+#: (normalised) targets; see the User Guide for the measurement behind it.
+_AUTO_NOISE_FRACTION = 0.1
+#: Activations per row block in the full passes over the data (issue 18 item 9: the SVI fit
+#: formed the n x r feature matrix after training; 2**20 floats bound each block to 8 MiB).
+_BLOCK_ELEMENTS = 2**20
+
+
+class _NoPartialFit(AttributeError, ValueError):
+    """``partial_fit`` in a mode without it: an AttributeError (so ``hasattr`` is False)
+    and a ValueError (the error type of a bad parameter value)."""
 
 
 class _SviOnly:
@@ -45,7 +57,7 @@ class _SviOnly:
         if obj is None:
             return self.fn
         if obj.inference != "svi":
-            raise AttributeError(
+            raise _NoPartialFit(
                 f"{type(obj).__name__}.partial_fit needs inference='svi' (mini-batch "
                 f"variational training); got inference={obj.inference!r}. Use fit for "
                 "exact inference, or set inference='svi'.")
@@ -106,6 +118,14 @@ class _DBKState:
             self.raw_L = torch.zeros(r, r, dtype=dtype, device=device, requires_grad=True)
             self.raw_diag = torch.full((r,), _softplus_inv(1.0), dtype=dtype, device=device,
                                        requires_grad=True)
+
+    def clone(self):
+        """An independent copy (new leaf tensors with the same values)."""
+        new = copy.copy(self)
+        for key in ("raw_noise", "m", "raw_L", "raw_diag"):
+            if hasattr(self, key):
+                setattr(new, key, getattr(self, key).detach().clone().requires_grad_(True))
+        return new
 
     def params(self):
         return [self.raw_noise] + ([self.m, self.raw_L, self.raw_diag] if self.svi else [])
@@ -230,7 +250,9 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     x_min_, x_max_ : ndarray of shape (n_features,)
         Column ranges used to scale the inputs.
     log_marginal_likelihood_value_ : float or None
-        Eq. (5) on the training part at the fitted network (exact; None for svi).
+        Eq. (5) at the fitted network, noise and prior scale: on all rows (exact, the rows
+        the posterior conditions on) or on the training part (svi); None after
+        :meth:`partial_fit`.
     elbo_ : float or None
         The evidence lower bound (eq. 8) on the training part (svi; None for exact).
     n_iter_ : int
@@ -308,7 +330,8 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
         "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
-        "noise_init": [Interval(numbers.Real, 0, None, closed="neither")],
+        "noise_init": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "scale_selection": [StrOptions({"evidence", "heldout"}), None],
         "noise_lower_bound": [Interval(numbers.Real, 0, None, closed="neither")],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
@@ -330,7 +353,8 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     def __init__(self, *, n_basis=128, hidden_layer_sizes=(128, 128), activation="tanh",
                  architecture="mlp", network=None, inference="exact", variance_correction="auto",
                  batch_size=256, max_iter=None, learning_rate=1e-2, weight_decay=1e-4,
-                 noise_init=1e-2, noise_lower_bound=1e-6, early_stopping=True,
+                 noise_init=1e-2, noise_lower_bound=1e-6, scale_selection=None,
+                 early_stopping=True,
                  validation_fraction=0.125, validation_interval=None, n_iter_no_change=None,
                  tol=1e-4, feature_scale="inv_sqrt_n_basis", preset=None, scale_inputs=True,
                  normalize_y=True,
@@ -349,6 +373,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         self.weight_decay = weight_decay
         self.noise_init = noise_init
         self.noise_lower_bound = noise_lower_bound
+        self.scale_selection = scale_selection
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.validation_interval = validation_interval
@@ -370,7 +395,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         if self.architecture == "resnet" and len(set(sizes)) > 1:
             raise ValueError("architecture='resnet' needs equal hidden widths, got "
                              f"hidden_layer_sizes={sizes!r}.")
-        if self.noise_init <= self.noise_lower_bound:
+        if self.noise_init != "auto" and self.noise_init <= self.noise_lower_bound:
             raise ValueError(f"noise_init={self.noise_init!r} must exceed "
                              f"noise_lower_bound={self.noise_lower_bound!r}.")
         paper = self.preset == "paper"
@@ -381,12 +406,26 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                 self.n_iter_no_change or patience)
 
     def _correction(self):
+        """The variance correction the parameters ask for (fit); a fitted model uses
+        ``variance_correction_``."""
         if self.variance_correction == "auto":
             return self.inference == "exact"
         return bool(self.variance_correction)
 
     def _lr(self):
         return 1e-3 if self.preset == "paper" else self.learning_rate
+
+    def _noise_init(self):
+        """Initial noise variance on the normalised scale: ``noise_init``, or for ``"auto"``
+        :data:`_AUTO_NOISE_FRACTION` of the variance of the normalised targets."""
+        if self.noise_init != "auto":
+            return float(self.noise_init)
+        return max(_AUTO_NOISE_FRACTION, 10 * self.noise_lower_bound)
+
+    def _train_config(self):
+        """The settings that shape training, as a later ``partial_fit`` must find them."""
+        return {"learning_rate": self._lr(), "weight_decay": float(self.weight_decay),
+                "batch_size": int(self.batch_size), "variance_correction": self._correction()}
 
     def _fit_scaling(self, X):
         lo, hi = X.min(axis=0), X.max(axis=0)
@@ -408,32 +447,44 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                              f"(batch, n_basis={self.n_basis}) outputs; it returned {tuple(out.shape)}.")
         return net
 
-    def _feature_fn(self, net):
+    def _feature_scale(self):
+        """The multiplier of the network's outputs the parameters ask for (fit)."""
         if self.preset == "paper":
-            return net
-        scale = (1.0 / math.sqrt(self.n_basis) if self.feature_scale == "inv_sqrt_n_basis"
-                 else float(self.feature_scale))
+            return 1.0
+        if self.feature_scale == "inv_sqrt_n_basis":
+            return 1.0 / math.sqrt(self.n_basis)
+        return float(self.feature_scale)
+
+    @staticmethod
+    def _feature_fn(net, scale):
         if scale == 1.0:
             return net
         return lambda X: scale * net(X)
 
+    def _chunk_for(self):
+        """Rows per block of every full pass (features, statistics, prediction): about
+        :data:`_BLOCK_ELEMENTS` activations of the widest layer (8 MiB in float64), so that
+        the passes after training cost memory independent of the number of rows."""
+        widths = [self.n_basis] + list(self.hidden_layer_sizes)
+        return auto_batch_size(max(widths), max_elements=_BLOCK_ELEMENTS)
+
     # ================================================================== objectives
-    def _exact_loss(self, feat, state, X, Y):
+    def _exact_loss(self, feat, state, X, Y, correction):
         """Negative per-datum objective: eq. (5) minus the trace regulariser (11)."""
         n, C = Y.shape
 
         def loss(rows, epoch):
-            J = exact_objective(feat(X), Y, state.noise(), self._correction())
+            J = exact_objective(feat(X), Y, state.noise(), correction)
             return -J / (n * C)
         return loss
 
-    def _svi_loss(self, feat, state, data):
+    def _svi_loss(self, feat, state, data, correction):
         """Negative per-datum mini-batch ELBO (eq. 9) minus the batch trace regulariser."""
 
         def loss(rows, epoch):
             n, C = data["n"], data["Y"].shape[1]
             J = svi_objective(feat(data["X"][rows]), data["Y"][rows], state.m, state.L(),
-                              state.noise(), n, self._correction())
+                              state.noise(), n, correction)
             return -J / (n * C)
         return loss
 
@@ -442,35 +493,56 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         with torch.no_grad():
             return chunked_apply(feat, X, chunk)
 
-    def _chunk(self):
-        widths = [self.n_basis] + list(self.hidden_layer_sizes)
-        return auto_batch_size(max(widths))
+    @staticmethod
+    def _max_prior_var(feat, X, chunk):
+        """``max_i |phi(x_i)|^2`` in row blocks (never the n x r feature matrix)."""
+        with torch.no_grad():
+            M = None
+            for sl in iter_slices(X.shape[0], chunk):
+                m = feat(X[sl]).square().sum(1).max()
+                M = m if M is None else torch.maximum(M, m)
+        return M
 
-    def _exact_posterior(self, Phi, Y, s2, warn=True):
-        """Weight posterior (eq. 6, or eq. 12 with the correction) and ``M``."""
-        kappa = Phi.square().sum(1)
-        M = kappa.max()
-        w = s2 / (s2 + (M - kappa)) if self._correction() else None
-        G, B = blr_stats(Phi, Y, w)
+    @staticmethod
+    def _stats(feat, X, Y, chunk, M=None, s2=None):
+        """``(Phi^T W Phi, Phi^T W Y)`` in row blocks, with the weights ``s2 / (s2 + M -
+        |phi_i|^2)`` of the correction (eq. 12) when ``M`` is given."""
+        G = B = None
+        with torch.no_grad():
+            for sl in iter_slices(X.shape[0], chunk):
+                Phi = feat(X[sl])
+                w = None if M is None else s2 / (s2 + (M - Phi.square().sum(1)))
+                g, b = blr_stats(Phi, Y[sl], w)
+                G, B = (g, b) if G is None else (G + g, B + b)
+        return G, B
+
+    def _exact_posterior(self, feat, X, Y, s2, correction, chunk, warn=True):
+        """Weight posterior (eq. 6, or eq. 12 with the correction) and ``M``, in row blocks."""
+        M = self._max_prior_var(feat, X, chunk)
+        G, B = self._stats(feat, X, Y, chunk, M if correction else None, s2)
         post = blr_posterior(G, B, s2, warn=warn,
                              context=f"{type(self).__name__}: Phi^T Phi + noise I")
         return post, M
 
-    def _moments(self, post, Phi, s2, M, include_noise=True):
+    @staticmethod
+    def _moments(post, Phi, s2, M, correction, include_noise=True):
         """Normalised predictive mean (m x C) and variance (m,) at features ``Phi``."""
         mean, var = post.predict(Phi)
-        if self._correction():
+        if correction:
             var = var + torch.clamp(M - Phi.square().sum(1), min=0.0)
         return mean, var + s2 if include_noise else var
 
-    def _val_nll(self, post_fn, feat, Xv, Yv, state):
+    def _val_nll(self, post_fn, feat, Xv, Yv, state, correction, chunk):
         def score():
             post, M = post_fn()
             s2 = state.noise()
-            mean, var = self._moments(post, feat(Xv), s2, M)
-            nll = 0.5 * (torch.log(2 * math.pi * var).unsqueeze(1)
-                         + (Yv - mean).square() / var.unsqueeze(1))
-            return to_float(nll.mean())
+            total = 0.0
+            for sl in iter_slices(Xv.shape[0], chunk):
+                mean, var = self._moments(post, feat(Xv[sl]), s2, M, correction)
+                nll = 0.5 * (torch.log(2 * math.pi * var).unsqueeze(1)
+                             + (Yv[sl] - mean).square() / var.unsqueeze(1))
+                total = total + nll.sum()
+            return to_float(total) / Yv.numel()
         return score
 
     # ================================================================== fit
@@ -478,6 +550,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     @transactional
     def fit(self, X, y):
         """Train the network and the noise, then form the weight posterior.
+
+        With ``inference="exact"``, once the network is trained its features are fixed, the
+        noise and the prior scale are chosen by the exact evidence (``scale_selection``), and
+        the posterior conditions on every row (training and validation).
 
         Parameters
         ----------
@@ -488,6 +564,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         -------
         self : object
         """
+        name = type(self).__name__
         max_iter, interval, patience = self._check_params()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
@@ -500,85 +577,143 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         if self.early_stopping:
             n_val = int(math.ceil(self.validation_fraction * n))
             if n - n_val < 1:
-                raise ValueError(f"{type(self).__name__}: validation_fraction="
+                raise ValueError(f"{name}: validation_fraction="
                                  f"{self.validation_fraction} of {n} rows leaves no training "
                                  "rows; lower it or set early_stopping=False.")
             perm = rng.permutation(n)
             tr, va = np.sort(perm[n_val:]), np.sort(perm[:n_val])
         else:
             tr, va = np.arange(n), None
-        Xs = as_tensor(self._scale_X(X), device, dtype)
-        Yt = as_tensor(Y, device, dtype)
-        Xtr, Ytr = Xs[tr], Yt[tr]
+        if self.n_basis >= len(tr):
+            warnings.warn(f"{name}: n_basis={self.n_basis} >= the {len(tr)} training rows: "
+                          "the kernel has at least as many basis functions as data, so the "
+                          "features can interpolate the targets and the noise estimate is "
+                          "unreliable; use fewer basis functions.", UserWarning, stacklevel=3)
+        # the scaled rows, split once (no full-data copy besides X itself)
+        Xtr = as_tensor(self._scale_X(X[tr]), device, dtype)
+        Ytr = as_tensor(Y[tr], device, dtype)
+        Xva = None if va is None else as_tensor(self._scale_X(X[va]), device, dtype)
+        Yva = None if va is None else as_tensor(Y[va], device, dtype)
         net = self._make_network(X.shape[1], seed, device, dtype)
-        feat = self._feature_fn(net)
+        scale, correction, cfg = self._feature_scale(), self._correction(), self._train_config()
+        feat = self._feature_fn(net, scale)
         svi = self.inference == "svi"
-        state = _DBKState(self.n_basis, Y.shape[1], self.noise_init, self.noise_lower_bound,
+        state = _DBKState(self.n_basis, Y.shape[1], self._noise_init(), self.noise_lower_bound,
                           svi, device, dtype)
-        data = {"X": Xtr, "Y": Ytr, "n": len(tr)}
-        chunk = self._chunk()
+        chunk = self._chunk_for()
         if svi:
-            loss = self._svi_loss(feat, state, data)
+            data = {"X": Xtr, "Y": Ytr, "n": len(tr)}
+            loss = self._svi_loss(feat, state, data, correction)
 
             def post_fn():
-                kappa = self._features(feat, Xtr, chunk).square().sum(1)
-                return BLRPosterior(state.m, state.L()), kappa.max()
+                return (BLRPosterior(state.m, state.L()),
+                        self._max_prior_var(feat, Xtr, chunk))
         else:
-            loss = self._exact_loss(feat, state, Xtr, Ytr)
+            loss = self._exact_loss(feat, state, Xtr, Ytr, correction)
 
             def post_fn():
-                return self._exact_posterior(feat(Xtr), Ytr, state.noise(), warn=False)
+                return self._exact_posterior(feat, Xtr, Ytr, state.noise(), correction, chunk,
+                                             warn=False)
 
         validate = None
         if va is not None:
-            validate = self._val_nll(post_fn, feat, Xs[va], Yt[va], state)
+            validate = self._val_nll(post_fn, feat, Xva, Yva, state, correction, chunk)
         trainer = NetworkTrainer(loss, list(net.parameters()), state.params(), modules=[net],
-                                 learning_rate=self._lr(),
-                                 weight_decay=self.weight_decay, device=device)
-        res = trainer.fit(len(tr), batch_size=self.batch_size if svi else None,
+                                 learning_rate=cfg["learning_rate"],
+                                 weight_decay=cfg["weight_decay"], device=device)
+        res = trainer.fit(len(tr), batch_size=cfg["batch_size"] if svi else None,
                           max_epochs=max_iter, rng=rng, validate=validate,
                           validation_interval=interval, n_iter_no_change=patience,
-                          tol=self.tol, verbose=self.verbose, label=type(self).__name__)
+                          tol=self.tol, verbose=self.verbose, label=name)
         if not res.converged:
-            warnings.warn(f"{type(self).__name__}: training {res.message} before the stopping "
+            warnings.warn(f"{name}: training {res.message} before the stopping "
                           "rule fired; increase max_iter or learning_rate, or lower "
                           "n_iter_no_change.", ConvergenceWarning, stacklevel=4)
+        net.eval()
         with torch.no_grad():
-            s2 = state.noise()
-            Phi = self._features(feat, Xtr, chunk)
+            s2 = state.noise().detach()
+            stream = None
+            self.prior_scale_ = 1.0
             if svi:
-                post = BLRPosterior(state.m.detach().clone(), state.L().detach())
-                M = Phi.square().sum(1).max()
-                self.elbo_ = to_float(svi_objective(Phi, Ytr, state.m, state.L(), s2, len(tr),
-                                                     correction=False))
-                self.log_marginal_likelihood_value_ = None
+                post = BLRPosterior(state.m.detach().clone(), state.L().detach().clone())
+                M = self._max_prior_var(feat, Xtr, chunk)
+                self.elbo_ = self._chunked_elbo(feat, Xtr, Ytr, post, s2, chunk)
+                self.log_marginal_likelihood_value_ = self._evidence(
+                    feat, Xtr, Ytr, chunk)(1.0, float(s2))
+                stream = {"state": state, "opt": trainer.optimizer.state_dict(),
+                          "n": len(tr)}
             else:
-                post, M = self._exact_posterior(Phi, Ytr, s2)
-                self.log_marginal_likelihood_value_ = to_float(blr_log_evidence(Phi, Ytr, s2))
+                Xall = Xtr if va is None else torch.cat([Xtr, Xva])
+                Yall = Ytr if va is None else torch.cat([Ytr, Yva])
+                ev_all = self._evidence(feat, Xall, Yall, chunk)
+                a, s2_new = 1.0, float(s2)
+                if self.scale_selection is not None:
+                    cond = None
+                    if self.scale_selection == "heldout" and va is not None:
+                        cond = self._evidence(feat, Xall[:len(tr)], Yall[:len(tr)], chunk)
+                    a, s2_new = blr_fit_scales(ev_all, 1.0, float(s2), condition=cond,
+                                               noise_lower_bound=self.noise_lower_bound)
+                self.prior_scale_ = a
+                scale = scale * math.sqrt(a)
+                feat = self._feature_fn(net, scale)
+                s2 = torch.tensor(s2_new, dtype=dtype, device=device)
+                post, M = self._exact_posterior(feat, Xall, Yall, s2, correction, chunk)
+                self.log_marginal_likelihood_value_ = ev_all(a, s2_new)
                 self.elbo_ = None
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve
         self.validation_scores_ = res.validation_scores
         self.best_iteration_ = res.best_epoch
         self.converged_ = res.converged
-        self.n_samples_seen_ = len(tr)
-        data.pop("X"), data.pop("Y")  # the fitted model keeps no training rows
-        self._publish(net, feat, state, post, M, trainer if svi else None, data)
+        self.n_samples_seen_ = len(tr) if svi else n
+        cfg.update(inference=self.inference, raw_learning_rate=self.learning_rate)
+        self._noise_lower = float(self.noise_lower_bound)
+        self._publish(net, scale, correction, s2, post, M, stream, cfg, chunk)
         return self
 
-    def _publish(self, net, feat, state, post, M, trainer, data):
-        """Set the fitted attributes (NumPy) and the device cache in one place."""
+    @staticmethod
+    def _evidence(feat, X, Y, chunk):
+        """:class:`BLREvidence` of ``(X, Y)`` under the features ``feat`` (row blocks)."""
+        G, B = DBKRegressor._stats(feat, X, Y, chunk)
+        return BLREvidence(G, B, to_float(Y.square().sum()), X.shape[0])
+
+    @staticmethod
+    def _chunked_elbo(feat, X, Y, post, s2, chunk):
+        """The ELBO of eq. (8) on all of ``(X, Y)``, in row blocks."""
+        n, C = Y.shape
+        total = 0.0
+        with torch.no_grad():
+            for sl in iter_slices(n, chunk):
+                b = Y[sl].shape[0]
+                total += to_float(svi_objective(feat(X[sl]), Y[sl], post.mean, post.factor,
+                                                s2, b, correction=False)
+                                  + kl_to_prior(post.mean, post.factor))
+            return total - to_float(kl_to_prior(post.mean, post.factor))
+
+    def _publish(self, net, scale, correction, s2, post, M, stream, cfg, chunk):
+        """Set every fitted attribute and the device cache, at the end of a (partial) fit:
+        nothing fitted is changed in place before this point."""
         net.eval()
+        s2 = torch.as_tensor(s2).detach()
         self.network_ = net
-        self.n_basis_ = self.n_basis
-        s2 = state.noise().detach()
+        self.n_basis_ = int(post.mean.shape[0])
+        self.feature_scale_ = float(scale)
+        self.variance_correction_ = bool(correction)
         self.noise_variance_ = to_float(s2)
         self.weight_mean_ = to_numpy(post.mean)
         self.weight_cov_factor_ = to_numpy(post.factor)
         self.max_prior_var_ = to_float(M)
-        self._cache = {"feat": feat, "post": BLRPosterior(post.mean.detach(),
-                                                          post.factor.detach()),
-                       "s2": s2, "M": torch.as_tensor(M).detach(), "state": state,
-                       "trainer": trainer, "data": data}
+        self._chunk_rows = int(chunk)
+        self._train_cfg = dict(cfg)
+        self._cache = {"feat": self._feature_fn(net, self.feature_scale_),
+                       "post": BLRPosterior(post.mean.detach(), post.factor.detach()),
+                       "s2": s2, "M": torch.as_tensor(M).detach(), "stream": stream}
+
+    def _get_cache(self):
+        # the cache is rebuilt from fitted attributes only (the dtype included)
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            cache = self._cache = self._build_cache()
+        return cache
 
     def _build_cache(self):
         dev, dt = self.device_, self._dtype
@@ -586,10 +721,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         self.network_ = net
         post = BLRPosterior(as_tensor(self.weight_mean_, dev, dt),
                             as_tensor(self.weight_cov_factor_, dev, dt))
-        return {"feat": self._feature_fn(net), "post": post,
+        return {"feat": self._feature_fn(net, self.feature_scale_), "post": post,
                 "s2": torch.tensor(self.noise_variance_, dtype=dt, device=dev),
                 "M": torch.tensor(self.max_prior_var_, dtype=dt, device=dev),
-                "state": None, "trainer": None, "data": None}
+                "stream": None}
 
     # ================================================================== streaming
     @_SviOnly
@@ -599,10 +734,15 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
 
         The first call (on an unfitted estimator) fixes the input scaling and the target
         normalisation from its rows and initialises the network; later calls continue
-        training, with Adam's state kept within the session (it restarts after
-        unpickling). The ELBO's ``n`` is the number of rows seen so far, and ``M`` of the
-        variance correction is the largest prior variance of any row seen, each measured by
-        the network at the end of the call that saw it (a conservative choice). Works with
+        training the fitted model, in its fitted configuration (``n_basis_``,
+        ``feature_scale_``, ``variance_correction_``, the dtype), with Adam's state kept
+        within the session (it restarts after unpickling). A changed ``learning_rate``,
+        ``weight_decay``, ``batch_size``, ``variance_correction``, ``preset`` or
+        ``inference`` is refused (call ``fit`` to use it). The ELBO's ``n`` is the number of
+        rows seen so far, and ``M`` of the variance correction is the largest prior variance
+        of any row seen, each measured by the network at the end of the call that saw it (a
+        conservative choice). The call trains a copy of the model and publishes it at the
+        end, so an interruption leaves the model as it was. Works with
         ``dask_ml.wrappers.Incremental`` to train block by block over a dask array.
 
         Parameters
@@ -614,33 +754,47 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         -------
         self : object
         """
-        # a failed call must also undo in-place training of the existing network
-        net = self.__dict__.get("network_")
-        trainer = (self.__dict__.get("_cache") or {}).get("trainer")
-        tensors = (trainer._tensors() if trainer is not None else
-                   [] if net is None else list(net.parameters()) + list(net.buffers()))
-        snap = [t.detach().clone() for t in tensors]
-        opt = None if trainer is None else copy.deepcopy(trainer.optimizer.state_dict())
-        data = (self.__dict__.get("_cache") or {}).get("data")
-        n_seen = None if data is None else data.get("n")
-
-        def rollback():
-            with torch.no_grad():
-                for t, v in zip(tensors, snap):
-                    t.copy_(v)
-            if opt is not None:
-                trainer.optimizer.load_state_dict(opt)
-            if data is not None:
-                data["n"] = n_seen
-                data.pop("X", None), data.pop("Y", None)
-
-        with fit_transaction(self, rollback):
+        with fit_transaction(self):
             return self._partial_fit(X, y)
+
+    def _check_same_config(self):
+        """Refuse a training setting changed since the model was fitted, naming it."""
+        name, cfg, now = type(self).__name__, self._train_cfg, self._train_config()
+        if cfg.get("inference", "svi") != "svi":
+            raise ValueError(f"{name}.partial_fit: the model was fitted with inference="
+                             f"{cfg['inference']!r}; partial_fit continues only a model fitted "
+                             "with inference='svi'. Call fit.")
+        for key in ("learning_rate", "weight_decay", "batch_size", "variance_correction"):
+            if now[key] != cfg[key]:
+                param = ("preset" if key == "learning_rate" and self.learning_rate
+                         == cfg.get("raw_learning_rate", self.learning_rate) else key)
+                raise ValueError(
+                    f"{name}.partial_fit: {param} was changed since the model was fitted "
+                    f"({key} {cfg[key]!r} -> {now[key]!r}); partial_fit continues the fitted "
+                    f"training run. Set {param} back, or call fit to train with the new value.")
+
+    def _state_from_fitted(self, device, dtype):
+        """SVI training tensors rebuilt from the fitted attributes."""
+        state = _DBKState(self.n_basis_, self.weight_mean_.shape[1],
+                          max(2 * self._noise_lower, self.noise_variance_), self._noise_lower,
+                          True, device, dtype)
+        F = as_tensor(self.weight_cov_factor_, device, dtype)
+        with torch.no_grad():
+            state.raw_noise.fill_(_softplus_inv(max(self.noise_variance_
+                                                    - self._noise_lower, 1e-12)))
+            state.m.copy_(as_tensor(self.weight_mean_, device, dtype))
+            state.raw_L.copy_(torch.tril(F, -1))
+            d = F.diagonal().clamp(min=1e-12)
+            state.raw_diag.copy_(d + torch.log(-torch.expm1(-d)))
+        return state
 
     def _partial_fit(self, X, y):
         name = type(self).__name__
         first = not hasattr(self, "network_")
         self._check_params()
+        if not first:
+            check_is_fitted(self)
+            self._check_same_config()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, reset=first,
                              dtype=np.float64)
         rng = check_random_state(self.random_state)
@@ -653,19 +807,17 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
             self._fit_scaling(X)
             Y = self._normalise_targets(y)
             net = self._make_network(X.shape[1], seed, device, dtype)
-            feat = self._feature_fn(net)
-            state = _DBKState(self.n_basis, Y.shape[1], self.noise_init,
-                              self.noise_lower_bound, True, device, dtype)
-            data = {"n": 0}
-            trainer = NetworkTrainer(self._svi_loss(feat, state, data), list(net.parameters()),
-                                     state.params(), modules=[net],
-                                     learning_rate=self._lr(),
-                                     weight_decay=self.weight_decay, device=device)
+            scale, correction, cfg = self._feature_scale(), self._correction(), self._train_config()
+            cfg.update(inference="svi", raw_learning_rate=self.learning_rate)
+            self._noise_lower = float(self.noise_lower_bound)
+            state = _DBKState(self.n_basis, Y.shape[1], self._noise_init(),
+                              self._noise_lower, True, device, dtype)
+            opt_state, n_prev, M_prev, chunk = None, 0, -math.inf, self._chunk_for()
             self.n_iter_, self.loss_curve_, self.n_samples_seen_ = 0, [], 0
             self.validation_scores_, self.best_iteration_, self.converged_ = [], 0, True
-            self.log_marginal_likelihood_value_, self.elbo_, M_prev = None, None, -math.inf
+            self.log_marginal_likelihood_value_, self.elbo_ = None, None
+            self.prior_scale_ = 1.0
         else:
-            check_is_fitted(self)
             Yc = y.reshape(-1, 1) if y.ndim == 1 else y
             if Yc.shape[1] != self.weight_mean_.shape[1] or (y.ndim == 1) != self._y_1d:
                 first_shape = ("(n_samples,)" if self._y_1d
@@ -673,65 +825,55 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                 raise ValueError(f"{name}.partial_fit: y has shape {y.shape}, but the model was "
                                  f"started with y of shape {first_shape}; pass y of that shape "
                                  "in every call (1-D and one column are not mixed).")
-            cache = self._get_cache()
-            if cache["trainer"] is None:  # after fit(svi) is pickled, or a first fit
-                cache = self._resume_stream(cache)
-            net, feat, state = self.network_, cache["feat"], cache["state"]
-            trainer, data = cache["trainer"], cache["data"]
             device, dtype = self.device_, self._dtype
+            stream = self._get_cache()["stream"]
+            net = copy.deepcopy(self.network_)  # trained here, published at the end
+            if stream is None:  # after fit(svi) is pickled, or a cache built by predict
+                state, opt_state = self._state_from_fitted(device, dtype), None
+            else:
+                state, opt_state = stream["state"].clone(), copy.deepcopy(stream["opt"])
             Y = (Yc - self._y_train_mean) / self._y_train_std
-            M_prev = self.max_prior_var_
+            n_prev, M_prev = self.n_samples_seen_, self.max_prior_var_
+            scale, correction = self.feature_scale_, self.variance_correction_
+            cfg, chunk = self._train_cfg, self._chunk_rows
+        feat = self._feature_fn(net, scale)
         Xs = as_tensor(self._scale_X(X), device, dtype)
-        data.update(X=Xs, Y=as_tensor(Y, device, dtype), n=data["n"] + X.shape[0])
-        epoch_loss = trainer.run_epoch(X.shape[0], self.batch_size, rng)
-        loss = to_float(epoch_loss)
+        data = {"X": Xs, "Y": as_tensor(Y, device, dtype), "n": n_prev + X.shape[0]}
+        trainer = NetworkTrainer(self._svi_loss(feat, state, data, correction),
+                                 list(net.parameters()), state.params(), modules=[net],
+                                 learning_rate=cfg["learning_rate"],
+                                 weight_decay=cfg["weight_decay"], device=device)
+        if opt_state is not None:
+            trainer.optimizer.load_state_dict(opt_state)
+        loss = to_float(trainer.run_epoch(X.shape[0], cfg["batch_size"], rng))
         if not math.isfinite(loss):
             raise ValueError(f"{name}.partial_fit: the training loss became non-finite on "
                              "these rows; lower learning_rate or check the scale of X and y.")
+        net.eval()
+        with torch.no_grad():
+            M = torch.clamp(self._max_prior_var(feat, Xs, chunk), min=M_prev)
+            post = BLRPosterior(state.m.detach().clone(), state.L().detach().clone())
+            s2 = state.noise().detach()
         self.loss_curve_ = self.loss_curve_ + [loss]
         self.n_iter_ += 1
         self.n_samples_seen_ = data["n"]
-        with torch.no_grad():
-            Phi = self._features(feat, Xs, self._chunk())
-            M = torch.clamp(Phi.square().sum(1).max(), min=M_prev)
-        post = BLRPosterior(state.m.detach().clone(), state.L().detach())
-        data.pop("X"), data.pop("Y")  # keep no training rows
-        self._publish(net, feat, state, post, M, trainer, data)
+        stream = {"state": state, "opt": trainer.optimizer.state_dict(), "n": data["n"]}
+        self._publish(net, scale, correction, s2, post, M, stream, cfg, chunk)
         return self
-
-    def _resume_stream(self, cache):
-        """Rebuild the SVI training state from the fitted attributes (fresh Adam moments)."""
-        dev, dt = self.device_, self._dtype
-        state = _DBKState(self.n_basis, self.weight_mean_.shape[1], self.noise_init,
-                          self.noise_lower_bound, True, dev, dt)
-        F = as_tensor(self.weight_cov_factor_, dev, dt)
-        with torch.no_grad():
-            state.raw_noise.fill_(_softplus_inv(max(self.noise_variance_
-                                                    - self.noise_lower_bound, 1e-12)))
-            state.m.copy_(as_tensor(self.weight_mean_, dev, dt))
-            state.raw_L.copy_(torch.tril(F, -1))
-            d = F.diagonal().clamp(min=1e-12)
-            state.raw_diag.copy_(d + torch.log(-torch.expm1(-d)))
-        data = {"n": self.n_samples_seen_}
-        net = self.network_
-        trainer = NetworkTrainer(self._svi_loss(cache["feat"], state, data),
-                                 list(net.parameters()), state.params(), modules=[net],
-                                 learning_rate=self._lr(),
-                                 weight_decay=self.weight_decay, device=dev)
-        cache.update(state=state, trainer=trainer, data=data)
-        return cache
 
     # ================================================================== predict
     def _latent(self, X, *, full_cov=False):
         """Normalised predictive mean (m x C) and variance (m,) or covariance (m x m)."""
         check_is_fitted(self)
+        check_predict_params(self, "include_noise")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
         Xq = as_tensor(self._scale_X(X), self.device_, self._dtype)
-        Phi = self._features(cache["feat"], Xq, self._chunk())
+        Phi = self._features(cache["feat"], Xq, self._chunk_rows)
         post, s2, M = cache["post"], cache["s2"], cache["M"]
         with torch.no_grad():
-            mean, var = self._moments(post, Phi, s2, M, include_noise=self.include_noise)
+            mean, var = self._moments(post, Phi, s2, M, self.variance_correction_,
+                                      include_noise=self.include_noise)
             if full_cov:
                 V = post.covariance(Phi)
                 V.diagonal().copy_(var)
@@ -781,8 +923,8 @@ n_targets), optional
         Parameters
         ----------
         X, y : array-like or None
-            ``None`` returns the value on the training part stored at fit
-            (``inference="exact"`` only); otherwise eq. (5) is evaluated on ``(X, y)``
+            ``None`` returns the value stored at fit (``log_marginal_likelihood_value_``;
+            not after :meth:`partial_fit`); otherwise eq. (5) is evaluated on ``(X, y)``
             (targets normalised with the fitted statistics) in O(n r^2), for either
             inference mode.
 
@@ -793,8 +935,9 @@ n_targets), optional
         check_is_fitted(self)
         if X is None and y is None:
             if self.log_marginal_likelihood_value_ is None:
-                raise ValueError(f"{type(self).__name__} was fitted with inference='svi', "
-                                 "which stores no marginal likelihood; pass X and y.")
+                raise ValueError(f"{type(self).__name__} was trained by partial_fit, which "
+                                 "keeps no training rows and so no marginal likelihood; pass "
+                                 "X and y.")
             return self.log_marginal_likelihood_value_
         if X is None or y is None:
             raise ValueError("log_marginal_likelihood needs both X and y, or neither.")
@@ -807,7 +950,7 @@ n_targets), optional
         cache = self._get_cache()
         dev, dt = self.device_, self._dtype
         Phi = self._features(cache["feat"], as_tensor(self._scale_X(X), dev, dt),
-                             self._chunk())
+                             self._chunk_rows)
         Yt = as_tensor((Y - self._y_train_mean) / self._y_train_std, dev, dt)
         with torch.no_grad():
             return to_float(blr_log_evidence(Phi, Yt, cache["s2"]))

@@ -126,8 +126,9 @@ def test_correction_bound_eq11():
 
 def _corrected(reg_kwargs, Phi, y, s2, Ps):
     reg = DBKRegressor(**reg_kwargs)
-    post, M = reg._exact_posterior(Phi, y, torch.tensor(s2, dtype=DT))
-    return reg._moments(post, Ps, torch.tensor(s2, dtype=DT), M), M
+    corr = reg._correction()
+    post, M = reg._exact_posterior(lambda x: x, Phi, y, torch.tensor(s2, dtype=DT), corr, 7)
+    return reg._moments(post, Ps, torch.tensor(s2, dtype=DT), M, corr), M
 
 
 def test_normalisation_trick_equals_dense_heteroscedastic_gp():
@@ -155,7 +156,7 @@ def test_corrected_prior_variance_is_max_of_M_and_norm():
     Ps = torch.randn(50, 3, generator=g, dtype=DT)
     prior = BLRPosterior(torch.zeros(3, 1, dtype=DT), torch.eye(3, dtype=DT))
     M = torch.tensor(3.0, dtype=DT)
-    _, var = reg._moments(prior, Ps, torch.tensor(0.0, dtype=DT), M)
+    _, var = reg._moments(prior, Ps, torch.tensor(0.0, dtype=DT), M, True)
     torch.testing.assert_close(var, torch.maximum(Ps.square().sum(1), M))
     assert bool((var >= M).all())
 
@@ -174,8 +175,8 @@ def test_correction_never_lowers_variance(seed):
     q = BLRPosterior(torch.randn(6, 1, generator=g, dtype=DT),
                      torch.tril(torch.randn(6, 6, generator=g, dtype=DT)))
     s2t = torch.tensor(s2, dtype=DT)
-    assert bool((DBKRegressor()._moments(q, Ps, s2t, M)[1]
-                 >= DBKRegressor(variance_correction=False)._moments(q, Ps, s2t, M)[1]).all())
+    assert bool((DBKRegressor._moments(q, Ps, s2t, M, True)[1]
+                 >= DBKRegressor._moments(q, Ps, s2t, M, False)[1]).all())
 
 
 def test_equal_norms_make_the_correction_vanish():
@@ -284,7 +285,7 @@ def test_svi_and_exact_agree_with_a_frozen_network():
     # both learn the noise: max_noise max_q ELBO = max_noise log p(y) (the bound is tight)
     common = dict(network=net, n_basis=3, early_stopping=False, variance_correction=False,
                   device="cpu", random_state=0, learning_rate=0.05, max_iter=2000, tol=0.0,
-                  n_iter_no_change=10_000)
+                  n_iter_no_change=10_000, scale_selection=None)
     exact = DBKRegressor(**common).fit(X, y)
     svi = DBKRegressor(**common, inference="svi", batch_size=500).fit(X, y)
     # the optimum in the noise is shallow and Adam approaches it slowly: 5 % on the noise
@@ -349,10 +350,10 @@ def test_paper_preset_overrides_scale_rate_and_schedule():
                        feature_scale=3.0, random_state=0)
     assert reg._check_params() == (10_000, 100, 2_000) and reg._lr() == 1e-3
     net = torch.nn.Linear(2, 8).double()
-    assert reg._feature_fn(net) is net
+    assert reg._feature_fn(net, reg._feature_scale()) is net
     assert DBKRegressor()._check_params() == (2_000, 20, 200)
     assert DBKRegressor(inference="svi")._check_params() == (2_000, 10, 200)
-    scaled = DBKRegressor(n_basis=16)._feature_fn(net)
+    scaled = DBKRegressor._feature_fn(net, DBKRegressor(n_basis=16)._feature_scale())
     x = torch.ones(1, 2, dtype=DT)
     torch.testing.assert_close(scaled(x), net(x) / 4)
     reg.set_params(max_iter=3)
