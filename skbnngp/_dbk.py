@@ -16,7 +16,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from ._backend import (ACTIVATIONS, BLREvidence, BLRPosterior, NetworkTrainer, as_tensor,
+from ._backend import (ACTIVATIONS, BLREvidence, BLRPosterior, DiagNoiseEvidence,
+                       NetworkTrainer,
+                       as_tensor,
                        auto_batch_size, blr_fit_scales, blr_log_evidence, blr_posterior,
                        blr_stats, build_mlp, chunked_apply, iter_slices, to_float, to_numpy)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
@@ -188,10 +190,21 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         Adam step size for every parameter (the paper: 1e-3; see Notes).
     weight_decay : float, default=1e-4
         L2 penalty of Adam on the network weights only (not on the noise or ``q(w)``).
-    noise_init : float, default=1e-2
-        Initial noise variance (normalised targets).
+    noise_init : float or "auto", default=1e-2
+        Initial noise variance (normalised targets; the paper's 1e-2). ``"auto"``: 0.1 of
+        the variance of the normalised targets. With ``scale_selection="heldout"`` the noise
+        is re-estimated after training, and 1e-2 measured better than ``"auto"`` (5-fold
+        NLPD diabetes 5.510 against 5.517, heteroscedastic 0.709 against 1.834).
     noise_lower_bound : float, default=1e-6
         The noise variance is ``noise_lower_bound + softplus(raw)``.
+    scale_selection : {"heldout", "evidence"} or None, default="heldout"
+        ``inference="exact"`` only: after training, with the features fixed, choose the
+        noise variance and a prior scale ``a`` (the kernel becomes ``a k``, correction
+        included) by maximising the exact evidence of the model that predicts: ``"heldout"``
+        the evidence of the validation rows given the training rows
+        (``log p(y_all) - log p(y_train)``; the full evidence without early stopping),
+        ``"evidence"`` the evidence of all rows, ``None`` keeps the trained noise and
+        ``a = 1``. O(n r^2) per evaluation of a two-parameter problem.
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows, score the predictive NLL on them every
         ``validation_interval`` epochs, stop after ``n_iter_no_change`` epochs without
@@ -237,8 +250,16 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     network_ : torch.nn.Module
         The trained network (best validation state), on ``device_``; pickled on the CPU.
     n_basis_ : int
+    feature_scale_ : float
+        Multiplier of the network's outputs used by the fitted model (``feature_scale``
+        times ``sqrt(prior_scale_)``).
+    prior_scale_ : float
+        Prior scale ``a`` chosen by ``scale_selection`` (1 for svi or ``None``).
+    variance_correction_ : bool
+        Whether the fitted model uses the variance correction.
     noise_variance_ : float
-        Learned noise variance on the normalised target scale.
+        Noise variance on the normalised target scale (trained, then re-estimated by
+        ``scale_selection``).
     weight_mean_ : ndarray of shape (n_basis, n_targets)
         Posterior (exact) or variational (svi) mean of the basis weights.
     weight_cov_factor_ : ndarray of shape (n_basis, n_basis)
@@ -281,9 +302,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     the number of data (so that the weight decay has a size-independent strength); the
     noise is ``noise_lower_bound + softplus(raw)``; ``q(w)`` starts at the prior with a
     softplus diagonal; several targets share the network, the noise and ``L``; the
-    correction's ``M`` for svi is computed in a full pass after training; the exact
-    posterior conditions on the training part only (not on the validation rows), as in the
-    paper. ``predict(return_std=True)`` returns the std of y (noise and correction
+    correction's ``M`` for svi is computed in a full pass after training. Departing from
+    the paper (issue 19): the exact posterior conditions on all rows (training and
+    validation), and the noise and a prior scale are re-estimated with the features fixed
+    (``scale_selection``). ``predict(return_std=True)`` returns the std of y (noise and correction
     included), which is what the paper's NLL scores; scikit-learn's GP returns a latent std
     unless its kernel has a ``WhiteKernel``.
 
@@ -353,7 +375,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     def __init__(self, *, n_basis=128, hidden_layer_sizes=(128, 128), activation="tanh",
                  architecture="mlp", network=None, inference="exact", variance_correction="auto",
                  batch_size=256, max_iter=None, learning_rate=1e-2, weight_decay=1e-4,
-                 noise_init=1e-2, noise_lower_bound=1e-6, scale_selection=None,
+                 noise_init=1e-2, noise_lower_bound=1e-6, scale_selection="heldout",
                  early_stopping=True,
                  validation_fraction=0.125, validation_interval=None, n_iter_no_change=None,
                  tol=1e-4, feature_scale="inv_sqrt_n_basis", preset=None, scale_inputs=True,
@@ -645,14 +667,23 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
             else:
                 Xall = Xtr if va is None else torch.cat([Xtr, Xva])
                 Yall = Ytr if va is None else torch.cat([Ytr, Yva])
-                ev_all = self._evidence(feat, Xall, Yall, chunk)
                 a, s2_new = 1.0, float(s2)
                 if self.scale_selection is not None:
+                    # the evidence of the model that predicts: with the correction, the
+                    # kernel is prior_var (Phi Phi^T + diag(M - |phi_i|^2)) (eq. 12)
+                    Phi = self._features(feat, Xall, chunk).double()  # float64 always
+                    kappa = Phi.square().sum(1)
+                    c = (kappa.max() - kappa) if correction else None
+                    ev = DiagNoiseEvidence(Phi, Yall.double(), c)
                     cond = None
                     if self.scale_selection == "heldout" and va is not None:
-                        cond = self._evidence(feat, Xall[:len(tr)], Yall[:len(tr)], chunk)
-                    a, s2_new = blr_fit_scales(ev_all, 1.0, float(s2), condition=cond,
+                        k = len(tr)
+                        cond = DiagNoiseEvidence(Phi[:k], Yall[:k].double(),
+                                                 None if c is None else c[:k])
+                    a, s2_new = blr_fit_scales(ev, 1.0, float(s2), condition=cond,
                                                noise_lower_bound=self.noise_lower_bound)
+                    del Phi, kappa, c, ev, cond
+                ev_all = self._evidence(feat, Xall, Yall, chunk)
                 self.prior_scale_ = a
                 scale = scale * math.sqrt(a)
                 feat = self._feature_fn(net, scale)

@@ -8,8 +8,8 @@ network-training loop with the MLP builder (:mod:`._train`). Every estimator use
 one.
 """
 
-from ._blr import (BLREvidence, BLRPosterior, blr_fit_scales, blr_log_evidence, blr_posterior,
-                   blr_stats)
+from ._blr import (BLREvidence, BLRPosterior, DiagNoiseEvidence, blr_fit_scales, blr_log_evidence,
+                   blr_log_evidence_diag, blr_posterior, blr_stats)
 from ._chunks import (DEFAULT_BLOCK_ELEMENTS, MemoryBudgetError, auto_batch_size, available_bytes, block_elements,
                       check_dense_fits, chunked_apply, iter_slices)
 from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state, to_float,
@@ -31,7 +31,7 @@ __all__ = [
     "OptimResult", "minimize", "make_generator",
     "ExactGP", "NystromGP", "gp_predict",
     "BLRPosterior", "blr_log_evidence", "blr_posterior", "blr_stats", "BLREvidence",
-    "blr_fit_scales",
+    "blr_fit_scales", "DiagNoiseEvidence", "blr_log_evidence_diag",
     "ACTIVATIONS", "NetworkTrainer", "TrainingDivergedError", "TrainResult", "build_mlp",
     "last_linear",
 ]
