@@ -109,12 +109,13 @@ def task_id(key):
     return "|".join(f"{k}={key[k]}" for k in sorted(key))
 
 
-def run_all(tasks, fn, jobs, records_path=None, label=""):
+def run_all(tasks, fn, jobs, records_path=None, label="", run=True):
     """Run ``fn(task)`` for every task (joblib, ``jobs`` at a time), printing a line per fit.
 
     ``task`` is ``(key, ...)``. With ``records_path`` (JSON lines), records already there are
     reused (tasks whose key matches are skipped) and new records are appended as they come,
-    so an interrupted run resumes where it stopped.
+    so an interrupted run resumes where it stopped. With ``run=False`` only the reused records
+    are returned (a report of a partial run).
     """
     from joblib import Parallel, delayed
 
@@ -124,7 +125,7 @@ def run_all(tasks, fn, jobs, records_path=None, label=""):
             if line.strip():
                 rec = json.loads(line)
                 done[rec["task_id"]] = rec
-    todo = [t for t in tasks if task_id(t[0]) not in done]
+    todo = [t for t in tasks if task_id(t[0]) not in done] if run else []
     records = [done[task_id(t[0])] for t in tasks if task_id(t[0]) in done]
     print(f"{label}{len(tasks)} fits, {len(records)} reused from {records_path}"
           if records else f"{label}{len(tasks)} fits", flush=True)

@@ -415,8 +415,9 @@ def build_tasks(args):
         for m in [m for m in ("dbk", "svgp") if m in wanted]:
             tasks.append(({"section": "large", "set": f"friedman1_{n_train}", "split": 0,
                            "model": m}, X, y, tr, te, args.quick))
-    # heavy fits first: better balance with --jobs > 1
-    tasks.sort(key=lambda t: -len(t[3]))
+    # section by section, small sets first, one set complete before the next: an interrupted
+    # run (see --records) leaves whole sets behind
+    tasks.sort(key=lambda t: (SECTIONS.index(t[0]["section"]), len(t[3]), t[0]["set"]))
     return tasks, notes
 
 
@@ -627,6 +628,8 @@ def main(argv=None):
     ap.add_argument("--out", help="output stem (writes OUT.md and OUT.json)")
     ap.add_argument("--records", help="JSON-lines file of fit records: reused and appended, "
                                       "so an interrupted run resumes")
+    ap.add_argument("--report-only", action="store_true",
+                    help="no fits: report what --records holds (a partial run says so)")
     ap.add_argument("--partial-note", help="label written into the report of a partial run")
     args = ap.parse_args(argv)
     full = not (args.quick or args.sets or args.models or args.sections)
@@ -641,8 +644,11 @@ def main(argv=None):
 
     start = time.perf_counter()
     tasks, notes = build_tasks(args)
-    records = run_all(tasks, run_task, args.jobs, args.records)
+    records = run_all(tasks, run_task, args.jobs, args.records, run=not args.report_only)
     wall = time.perf_counter() - start
+    missing = len(tasks) - len(records)
+    if missing and not args.partial_note:
+        args.partial_note = f"{missing} of {len(tasks)} fits not run yet."
     result = {"commit": git_commit(), "machine": machine(), "versions": versions(),
               "quick": args.quick, "jobs": args.jobs, "folds": 2 if args.quick else 5,
               "concrete_splits": 2 if args.quick else 20, "wall_s": wall,
@@ -651,7 +657,7 @@ def main(argv=None):
               "summary": summarise(records, args.models, args.sets), "records": records}
     text = markdown(result)
     print(text)
-    if args.out or full:
+    if args.out or (full and not missing):
         write_results(args.out or RESULTS / "bench_uncertainty", result, text)
     return result
 
