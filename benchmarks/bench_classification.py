@@ -1,0 +1,279 @@
+"""Benchmark: probability quality of the classifiers against scikit-learn baselines.
+
+Issue 20, item 1. ``StudentTProcessClassifier`` and ``FiDGPClassifier`` (defaults,
+``device="cpu"``, ``random_state=0``) against
+
+* ``lr`` ``LogisticRegression(max_iter=1000)`` (L2, C=1);
+* ``gpc`` scikit-learn's ``GaussianProcessClassifier`` (Laplace, one-vs-rest for more than two
+  classes) with amplitude x ARD RBF; on sets with more than 20 features (digits) an isotropic
+  RBF, since the ARD fit of 64 length scales per class is impractically slow;
+* ``mlp`` ``MLPClassifier(max_iter=1000, random_state=0)`` (one hidden layer of 100 ReLU,
+  Adam, L2 1e-4);
+* ``ensemble`` 5 such MLPs (``random_state`` 0-4), probabilities averaged.
+
+Every model is ``Pipeline([StandardScaler(), model])``. Data: the embedded ``iris``, ``wine``,
+``breast_cancer`` and ``digits``, and two synthetic sets: ``overlap`` (3 classes,
+``make_classification(600, 6, n_informative=4, class_sep=0.5)``) and ``imbalanced`` (binary,
+1:20, ``make_classification(1050, 8, n_informative=4, weights=[20/21])``).
+``StratifiedKFold(5, shuffle=True, random_state=0)``. Metrics: accuracy, NLL (log loss),
+multi-class Brier score, top-label ECE with 15 equal-width bins, fit time.
+
+Targets (issue 20): each classifier's mean NLL over the sets no worse than the better of
+LogisticRegression and the GP classifier + 0.02, and ECE <= 0.05 on every set.
+
+Usage::
+
+    python benchmarks/bench_classification.py --quick     # a few minutes on one core
+    python benchmarks/bench_classification.py --jobs 2    # the full run
+
+Only the full run writes ``benchmarks/results/bench_classification.{md,json}``; ``--quick`` and
+subsets write only when ``--out`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import (  # noqa: E402
+    RESULTS,
+    fmt,
+    git_commit,
+    machine,
+    mean_or_nan,
+    run_all,
+    run_fit,
+    versions,
+    write_results,
+)
+
+SETS = ("iris", "wine", "breast_cancer", "digits", "overlap", "imbalanced")
+MODELS = ("stpc", "fidgp", "lr", "gpc", "mlp", "ensemble")
+LABELS = {"stpc": "StudentTProcessClassifier", "fidgp": "FiDGPClassifier",
+          "lr": "LogisticRegression", "gpc": "sklearn GP classifier",
+          "mlp": "MLPClassifier", "ensemble": "5-MLP ensemble"}
+METRICS = ("accuracy", "nll", "brier", "ece", "fit_s")
+NLL_SLACK = 0.02
+ECE_MAX = 0.05
+
+
+class MLPEnsembleClassifier(ClassifierMixin, BaseEstimator):
+    """``n_members`` ``MLPClassifier`` with different seeds; the probabilities are averaged."""
+
+    def __init__(self, n_members=5, random_state=0):
+        self.n_members = n_members
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        from sklearn.neural_network import MLPClassifier
+
+        self.members_ = [MLPClassifier(max_iter=1000, random_state=self.random_state + k)
+                         .fit(X, y) for k in range(self.n_members)]
+        self.classes_ = self.members_[0].classes_
+        return self
+
+    def predict_proba(self, X):
+        return np.mean([m.predict_proba(X) for m in self.members_], axis=0)
+
+    def predict(self, X):
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+def make_model(name, n_features):
+    from sklearn.gaussian_process import GaussianProcessClassifier
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    import skbnngp
+    from skbnngp.compare._registry import _sklearn_gpc
+
+    common = {"device": "cpu", "random_state": 0}
+    model = {
+        "stpc": lambda: skbnngp.StudentTProcessClassifier(**common),
+        "fidgp": lambda: skbnngp.FiDGPClassifier(**common),
+        "lr": lambda: LogisticRegression(max_iter=1000),
+        "gpc": lambda: (_sklearn_gpc(n_features) if n_features <= 20 else
+                        GaussianProcessClassifier(ConstantKernel(1.0) * RBF(1.0))),
+        "mlp": lambda: MLPClassifier(max_iter=1000, random_state=0),
+        "ensemble": lambda: MLPEnsembleClassifier(),
+    }[name]()
+    return Pipeline([("scale", StandardScaler()), ("model", model)])
+
+
+def load(name):
+    from sklearn.datasets import make_classification
+
+    from skbnngp.datasets import load_dataset
+
+    if name in ("iris", "wine", "breast_cancer", "digits"):
+        X, y = load_dataset(name, return_X_y=True)
+    elif name == "overlap":
+        X, y = make_classification(600, 6, n_informative=4, n_redundant=0, n_classes=3,
+                                   n_clusters_per_class=1, class_sep=0.5, random_state=0)
+    elif name == "imbalanced":
+        X, y = make_classification(1050, 8, n_informative=4, n_redundant=0,
+                                   weights=[20 / 21], flip_y=0.0, class_sep=1.0,
+                                   random_state=0)
+    else:
+        raise ValueError(f"unknown data set {name!r}")
+    return np.asarray(X, dtype=np.float64), np.asarray(y)
+
+
+def run_task(task):
+    key, X, y, train, test = task
+    return run_fit(key, lambda: make_model(key["model"], X.shape[1]), X, y, train, test,
+                   "classification")
+
+
+def build_tasks(sets, models, folds):
+    from sklearn.model_selection import StratifiedKFold
+
+    tasks = []
+    for ds in sets:
+        X, y = load(ds)
+        for fold, (tr, te) in enumerate(StratifiedKFold(folds, shuffle=True,
+                                                        random_state=0).split(X, y)):
+            for m in models:
+                tasks.append(({"set": ds, "split": fold, "model": m}, X, y, tr, te))
+    # cheap sets first, one set complete before the next: an interrupted run (see --records)
+    # leaves whole sets behind
+    tasks.sort(key=lambda t: len(t[3]) * t[1].shape[1])
+    return tasks
+
+
+def summarise(records, models, sets):
+    cells, errors, warns = {}, {}, {}
+    for r in records:
+        if r["error"]:
+            errors.setdefault(r["model"], {}).setdefault(r["set"], []).append(r["error"])
+        else:
+            cell = cells.setdefault(r["model"], {}).setdefault(r["set"], {})
+            for k in METRICS:
+                cell.setdefault(k, []).append(r["metrics"][k])
+        for w, n in r["warnings"].items():
+            per = warns.setdefault(r["model"], {}).setdefault(w, {})
+            per[r["set"]] = per.get(r["set"], 0) + n
+    mean = {m: {s: {k: mean_or_nan(v) for k, v in cells[m][s].items()} for s in cells[m]}
+            for m in cells}
+    mean_nll = {m: (float(np.mean([mean[m][s]["nll"] for s in sets]))
+                    if all(s in mean[m] for s in sets) else float("nan")) for m in mean}
+    ref = min([mean_nll.get(m, np.nan) for m in ("lr", "gpc") if m in mean_nll] or [np.nan])
+    checks = {}
+    for m in models:
+        if m not in mean:
+            continue
+        bad_ece = [s for s in sets if s in mean[m] and mean[m][s]["ece"] > ECE_MAX]
+        checks[m] = {"nll_ok": bool(np.isfinite(ref) and mean_nll[m] <= ref + NLL_SLACK),
+                     "ece_ok": not bad_ece and all(s in mean[m] for s in sets),
+                     "ece_misses": bad_ece}
+    return {"mean": mean, "mean_nll": mean_nll, "reference_nll": ref, "checks": checks,
+            "errors": errors, "warnings": warns,
+            "models": [m for m in models if m in mean or m in errors]}
+
+
+def markdown(result):
+    s, sets = result["summary"], result["sets"]
+    out = ["# Classifier probabilities (issue 20)", "",
+           f"Measured on commit `{result['commit']}`"
+           + (" (quick profile: 2 folds and a subset of sets; not the reference run)"
+              if result["quick"] else "")
+           + f". {result['machine']}; jobs={result['jobs']}, one thread per fit. "
+           f"Wall time {result['wall_s'] / 60:.1f} min. Versions: "
+           + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".", "",
+           f"`StratifiedKFold({result['folds']}, shuffle=True, random_state=0)`; every model "
+           "`Pipeline([StandardScaler(), model])`; means over folds. Model and data details "
+           "are in the docstring of `benchmarks/bench_classification.py`.", ""]
+    if result.get("partial"):
+        out += [f"**Partial run**: {result['partial']}", ""]
+    ref = s["reference_nll"]
+    for metric, title, spec in (("nll", "Test NLL (log loss)", ".3f"),
+                                ("accuracy", "Accuracy", ".3f"),
+                                ("brier", "Brier score", ".3f"),
+                                ("ece", f"ECE (top label, 15 bins; > {ECE_MAX} in bold)", ".3f"),
+                                ("fit_s", "Fit time per fold (s)", ".2f")):
+        extra = metric == "nll"
+        out += [f"## {title}", "",
+                "| model | " + " | ".join(sets)
+                + (f" | mean NLL | <= best(LR, GPC) + {NLL_SLACK} | ECE <= {ECE_MAX} |"
+                   if extra else " |"),
+                "|---|" + "---:|" * len(sets) + ("---:|---|---|" if extra else "")]
+        for m in s["models"]:
+            cells = []
+            for st in sets:
+                v = s["mean"].get(m, {}).get(st, {}).get(metric, float("nan"))
+                text = fmt(v, spec)
+                if metric == "ece" and np.isfinite(v) and v > ECE_MAX:
+                    text = f"**{text}**"
+                if st in s["errors"].get(m, {}):
+                    text += f" ({len(s['errors'][m][st])} failed)"
+                cells.append(text)
+            row = f"| {LABELS[m]} | " + " | ".join(cells) + " |"
+            if extra:
+                c = s["checks"].get(m, {})
+                row += (f" {fmt(s['mean_nll'].get(m, float('nan')))} | "
+                        f"{'yes' if c.get('nll_ok') else 'no'} | "
+                        + ("yes" if c.get("ece_ok") else
+                           "no (" + ", ".join(c.get("ece_misses", [])) + ")") + " |")
+            out.append(row)
+        if extra:
+            out += ["", f"Reference: best mean NLL of LR and GPC = {fmt(ref)}; "
+                    f"threshold {fmt(ref + NLL_SLACK)}."]
+        out.append("")
+    out += ["## Warnings raised by the fits (count, per data set)", ""]
+    if s["warnings"]:
+        for m, per in s["warnings"].items():
+            for w, where in per.items():
+                out.append(f"- {m}: {w[:160]} ("
+                           + ", ".join(f"{k} {v}" for k, v in where.items()) + ")")
+    else:
+        out.append("None.")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="2 folds on iris, wine and overlap")
+    ap.add_argument("--sets", nargs="+", choices=SETS)
+    ap.add_argument("--models", nargs="+", choices=MODELS)
+    ap.add_argument("--jobs", type=int, default=1, help="fits run in parallel (joblib)")
+    ap.add_argument("--out", help="output stem (writes OUT.md and OUT.json)")
+    ap.add_argument("--records", help="JSON-lines file of fit records: reused and appended, "
+                                      "so an interrupted run resumes")
+    ap.add_argument("--report-only", action="store_true",
+                    help="no fits: report what --records holds (a partial run says so)")
+    args = ap.parse_args(argv)
+    full = not (args.quick or args.sets or args.models)
+    sets = args.sets or (["iris", "wine", "overlap"] if args.quick else list(SETS))
+    models = args.models or list(MODELS)
+    folds = 2 if args.quick else 5
+
+    start = time.perf_counter()
+    tasks = build_tasks(sets, models, folds)
+    records = run_all(tasks, run_task, args.jobs, args.records, run=not args.report_only)
+    wall = time.perf_counter() - start
+    missing = len(tasks) - len(records)
+    result = {"commit": git_commit(), "machine": machine(), "versions": versions(),
+              "quick": args.quick, "jobs": args.jobs, "folds": folds, "wall_s": wall,
+              "sets": sets, "models": models,
+              "partial": f"{missing} of {len(tasks)} fits not run yet." if missing else None,
+              "summary": summarise(records, models, sets), "records": records}
+    text = markdown(result)
+    print(text)
+    if args.out or (full and not missing):
+        write_results(args.out or RESULTS / "bench_classification", result, text)
+    return result
+
+
+if __name__ == "__main__":
+    main()

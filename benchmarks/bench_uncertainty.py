@@ -1,0 +1,666 @@
+"""Benchmark: calibration of every regressor against scikit-learn's GP and network baselines.
+
+The reference for the package's claims about regression uncertainty (issue 19, item 1).
+Every model is ``Pipeline([StandardScaler(), model])`` with its defaults (``device="cpu"``,
+``random_state=0``); every model standardises y itself (the package's regressors and
+scikit-learn's GP by ``normalize_y=True``, the baselines below internally). Scores come from
+the predictive distribution, in the units of y (``skbnngp.compare``'s scoring): NLPD, CRPS,
+RMSE of the median, 90 % / 95 % central-interval coverage, mean 95 % interval width and the
+calibration error (mean |observed - nominal| over 19 central intervals).
+
+Models (``--models``):
+
+* ``stp`` ``StudentTProcessRegressor``, ``mixed`` ``MixedActivationGPRegressor``, ``dbk``
+  ``DBKRegressor``, ``richbll`` ``RichBLLRegressor``, ``bll`` ``RichBLLRegressor(
+  uncertainty="bll")`` (the plain Bayesian last layer on the same network);
+* ``gpr`` scikit-learn's ``GaussianProcessRegressor`` (amplitude x ARD RBF + WhiteKernel,
+  ``normalize_y=True``);
+* ``svgp`` GPyTorch's SVGP (500 inducing points, 2,000 steps, ARD RBF, Adam on the ELBO in mini-batches of
+  1,024), only where the training set has more than 5,000 rows;
+* ``laplace`` laplace-torch's last-layer Laplace (``hessian_structure="full"``) on a 2 x 50
+  ReLU MLP trained with Adam on MSE (early stopping on 10 %), prior precision and noise by
+  the Laplace marginal likelihood;
+* ``ensemble`` a deep ensemble of 5 such MLPs with Gaussian (mean, variance) heads trained on
+  the Gaussian NLL (Lakshminarayanan et al. 2017, without adversarial training); the
+  predictive is the equal-weight mixture of the members' Gaussians.
+
+Sections (``--sections``):
+
+* ``cv``: 5-fold ``KFold(shuffle=True, random_state=0)`` on the embedded sets ``diabetes``,
+  ``concrete``, ``auto_mpg``, ``cpu_performance`` and the synthetic ``smooth`` (200 rows),
+  ``step`` (300), ``heteroscedastic`` (300), ``heavy_tailed`` (``make_heavy_tailed(300)``,
+  Cauchy noise) and ``gap`` (``make_gap_1d(300)``);
+* ``extrap``: each real set sorted by the feature with the largest |corr| with y, trained on
+  the lower 80 %, tested on the top 20 %; plus ``gap`` tested inside the gap (-1, 1);
+* ``concrete20``: the protocol of Lakshminarayanan et al. 2017 (Table 1) on concrete: 20
+  random 90/10 splits, mean test NLL in nats (published: MC dropout 3.04, deep ensembles
+  3.06 +- 0.18, PBP 3.16);
+* ``large``: ``make_friedman1`` with 20,000 training and 5,000 test rows, DBK against SVGP
+  (NLPD and fit time).
+
+Usage::
+
+    python benchmarks/bench_uncertainty.py --quick          # a few minutes on one core
+    python benchmarks/bench_uncertainty.py --jobs 2         # the full run (hours on 2 cores)
+    python benchmarks/bench_uncertainty.py --sections cv --sets diabetes smooth \
+        --models gpr dbk --out /tmp/u                        # a subset, written to /tmp/u.*
+    python benchmarks/bench_uncertainty.py --records /tmp/u.jsonl ...   # resumable
+
+Only the full run writes ``benchmarks/results/bench_uncertainty.{md,json}``; ``--quick`` and
+subsets write only when ``--out`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import (  # noqa: E402
+    RESULTS,
+    GaussianMixture,
+    fmt,
+    gaussian,
+    git_commit,
+    machine,
+    mean_or_nan,
+    mlp,
+    run_all,
+    run_fit,
+    train_early_stopping,
+    versions,
+    write_results,
+)
+
+REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
+SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
+SETS = REAL + SYNTHETIC
+MODELS = ("stp", "mixed", "dbk", "richbll", "bll", "gpr", "svgp", "laplace", "ensemble")
+LABELS = {"stp": "StudentTProcessRegressor", "mixed": "MixedActivationGPRegressor",
+          "dbk": "DBKRegressor", "richbll": "RichBLLRegressor",
+          "bll": "RichBLLRegressor(uncertainty='bll')", "gpr": "sklearn GP (ARD RBF + White)",
+          "svgp": "GPyTorch SVGP (500 inducing)", "laplace": "laplace-torch last-layer",
+          "ensemble": "deep ensemble (5 MLPs)"}
+SECTIONS = ("cv", "extrap", "concrete20", "large")
+SVGP_MIN_ROWS = 5000
+PUBLISHED_CONCRETE = {"MC dropout": "3.04 ± 0.02", "deep ensembles": "3.06 ± 0.18",
+                      "PBP": "3.16 ± 0.02"}
+COVERAGE_OK = (0.92, 0.98)
+
+
+# ============================================================================ baselines
+class _TorchRegressor(RegressorMixin, BaseEstimator):
+    """Standardises y and holds float32 tensors for the network baselines."""
+
+    def _prepare(self, X, y):
+        import torch
+
+        self.y_mean_, self.y_scale_ = float(np.mean(y)), float(np.std(y)) or 1.0
+        Xt = torch.as_tensor(np.asarray(X, dtype=np.float32))
+        yt = torch.as_tensor(((y - self.y_mean_) / self.y_scale_).astype(np.float32))
+        return Xt, yt
+
+    def predict(self, X):
+        return self.predict_dist(X).mean()
+
+
+class DeepEnsembleRegressor(_TorchRegressor):
+    """``n_members`` MLPs with a Gaussian head each (mean, softplus variance), Gaussian NLL,
+    independent initialisations and shuffling; the predictive is their equal mixture."""
+
+    def __init__(self, n_members=5, hidden=(50, 50), max_epochs=1000, patience=50,
+                 random_state=0):
+        self.n_members = n_members
+        self.hidden = hidden
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        import torch
+
+        Xt, yt = self._prepare(X, y)
+
+        def nll(out, target):
+            var = torch.nn.functional.softplus(out[:, 1]) + 1e-6
+            return torch.mean(0.5 * torch.log(var) + 0.5 * (target - out[:, 0]) ** 2 / var)
+
+        self.members_ = []
+        for k in range(self.n_members):
+            seed = self.random_state + 1000 * k
+            net, _ = train_early_stopping(mlp(X.shape[1], self.hidden, 2, seed), nll, Xt, yt,
+                                          seed=seed, max_epochs=self.max_epochs,
+                                          patience=self.patience)
+            self.members_.append(net)
+        return self
+
+    def predict_dist(self, X):
+        import torch
+
+        with torch.no_grad():
+            out = torch.stack([m(torch.as_tensor(np.asarray(X, dtype=np.float32)))
+                               for m in self.members_]).double().numpy()
+        loc = out[..., 0] * self.y_scale_ + self.y_mean_
+        scale = np.sqrt(np.logaddexp(0.0, out[..., 1]) + 1e-6) * self.y_scale_
+        return GaussianMixture(loc, scale)
+
+
+class LaplaceLastLayerRegressor(_TorchRegressor):
+    """laplace-torch's last-layer Laplace (full Hessian) on an MLP trained on MSE; the prior
+    precision and the noise maximise the Laplace marginal likelihood (Adam on their logs,
+    started from precision 1 and the training RMSE)."""
+
+    def __init__(self, hidden=(50, 50), n_hyper_steps=200, max_epochs=1000, patience=50,
+                 random_state=0):
+        self.hidden = hidden
+        self.n_hyper_steps = n_hyper_steps
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        import torch
+        from laplace import Laplace
+
+        Xt, yt = self._prepare(X, y)
+        net, _ = train_early_stopping(
+            mlp(X.shape[1], self.hidden, 1, self.random_state),
+            lambda out, t: torch.mean((out[:, 0] - t) ** 2), Xt, yt, seed=self.random_state,
+            max_epochs=self.max_epochs, patience=self.patience)
+        with torch.no_grad():
+            rmse = float(torch.sqrt(torch.mean((net(Xt)[:, 0] - yt) ** 2)))
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(Xt, yt[:, None]),
+                                             batch_size=256)
+        la = Laplace(net, "regression", subset_of_weights="last_layer",
+                     hessian_structure="full", sigma_noise=max(rmse, 1e-3))
+        la.fit(loader)
+        log_prior = torch.zeros(1, requires_grad=True)
+        log_sigma = torch.tensor([math.log(max(rmse, 1e-3))], requires_grad=True)
+        opt = torch.optim.Adam([log_prior, log_sigma], lr=0.1)
+        for _ in range(self.n_hyper_steps):
+            opt.zero_grad()
+            (-la.log_marginal_likelihood(log_prior.exp(), log_sigma.exp())).backward()
+            opt.step()
+        la.prior_precision = log_prior.detach().exp()
+        la.sigma_noise = log_sigma.detach().exp()
+        self.laplace_ = la
+        self.prior_precision_ = float(la.prior_precision)
+        self.noise_std_ = float(la.sigma_noise) * self.y_scale_
+        return self
+
+    def predict_dist(self, X):
+        import torch
+
+        with torch.no_grad():
+            f_mu, f_var = self.laplace_(torch.as_tensor(np.asarray(X, dtype=np.float32)),
+                                        pred_type="glm")
+        var = f_var.reshape(len(X)).double().numpy() + float(self.laplace_.sigma_noise) ** 2
+        return gaussian(f_mu.reshape(len(X)).double().numpy() * self.y_scale_ + self.y_mean_,
+                        np.sqrt(var) * self.y_scale_)
+
+
+class SVGPRegressor(_TorchRegressor):
+    """GPyTorch's stochastic variational GP (Hensman et al. 2013): ``n_inducing`` learned
+    inducing points (started at a random subset of rows), scaled ARD RBF kernel, Gaussian
+    likelihood, Adam on the ELBO for ``n_steps`` mini-batch steps, float64."""
+
+    def __init__(self, n_inducing=500, batch_size=1024, n_steps=2000, lr=0.01, random_state=0):
+        self.n_inducing = n_inducing
+        self.batch_size = batch_size
+        self.n_steps = n_steps
+        self.lr = lr
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        import gpytorch
+        import torch
+
+        torch.manual_seed(self.random_state)
+        Xt = torch.as_tensor(np.asarray(X, dtype=np.float64))
+        self.y_mean_, self.y_scale_ = float(np.mean(y)), float(np.std(y)) or 1.0
+        yt = torch.as_tensor((y - self.y_mean_) / self.y_scale_)
+        rng = np.random.RandomState(self.random_state)
+        z = Xt[rng.choice(len(X), min(self.n_inducing, len(X)), replace=False)].clone()
+
+        class Model(gpytorch.models.ApproximateGP):
+            def __init__(self):
+                dist = gpytorch.variational.CholeskyVariationalDistribution(z.shape[0])
+                strat = gpytorch.variational.VariationalStrategy(
+                    self, z, dist, learn_inducing_locations=True)
+                super().__init__(strat)
+                self.mean_module = gpytorch.means.ConstantMean()
+                self.covar_module = gpytorch.kernels.ScaleKernel(
+                    gpytorch.kernels.RBFKernel(ard_num_dims=X.shape[1]))
+
+            def forward(self, x):
+                return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
+                                                                 self.covar_module(x))
+
+        model, lik = Model().double(), gpytorch.likelihoods.GaussianLikelihood().double()
+        mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=len(X))
+        opt = torch.optim.Adam(list(model.parameters()) + list(lik.parameters()), lr=self.lr)
+        model.train()
+        lik.train()
+        gen = torch.Generator().manual_seed(self.random_state)
+        step = 0
+        while step < self.n_steps:
+            perm = torch.randperm(len(X), generator=gen)
+            for start in range(0, len(X), self.batch_size):
+                idx = perm[start:start + self.batch_size]
+                opt.zero_grad()
+                (-mll(model(Xt[idx]), yt[idx])).backward()
+                opt.step()
+                step += 1
+                if step >= self.n_steps:
+                    break
+        model.eval()
+        lik.eval()
+        self.model_, self.likelihood_ = model, lik
+        return self
+
+    def predict_dist(self, X):
+        import gpytorch
+        import torch
+
+        Xt = torch.as_tensor(np.asarray(X, dtype=np.float64))
+        means, variances = [], []
+        with torch.no_grad(), gpytorch.settings.fast_pred_var():
+            for start in range(0, len(X), 2048):
+                pred = self.likelihood_(self.model_(Xt[start:start + 2048]))
+                means.append(pred.mean.numpy())
+                variances.append(pred.variance.numpy())
+        return gaussian(np.concatenate(means) * self.y_scale_ + self.y_mean_,
+                        np.sqrt(np.concatenate(variances)) * self.y_scale_)
+
+
+def make_model(name, n_features, quick=False):
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    import skbnngp
+    from skbnngp.compare._registry import _sklearn_gpr
+
+    common = {"device": "cpu", "random_state": 0}
+    model = {
+        "stp": lambda: skbnngp.StudentTProcessRegressor(**common),
+        "mixed": lambda: skbnngp.MixedActivationGPRegressor(**common),
+        "dbk": lambda: skbnngp.DBKRegressor(**common),
+        "richbll": lambda: skbnngp.RichBLLRegressor(**common),
+        "bll": lambda: skbnngp.RichBLLRegressor(uncertainty="bll", **common),
+        "gpr": lambda: _sklearn_gpr(n_features),
+        "svgp": lambda: (SVGPRegressor(n_inducing=100, n_steps=300) if quick
+                         else SVGPRegressor()),
+        "laplace": lambda: (LaplaceLastLayerRegressor(n_hyper_steps=100, max_epochs=200,
+                                                      patience=20) if quick
+                            else LaplaceLastLayerRegressor()),
+        "ensemble": lambda: (DeepEnsembleRegressor(max_epochs=200, patience=20) if quick
+                             else DeepEnsembleRegressor()),
+    }[name]()
+    return Pipeline([("scale", StandardScaler()), ("model", model)])
+
+
+# ============================================================================ data
+def load(name, quick=False):
+    """``(X, y)``; with ``quick`` the real sets are cut to 200 random rows."""
+    from bench_defaults import load as load_defaults
+
+    from skbnngp.datasets import load_dataset, make_gap_1d, make_heavy_tailed
+
+    if name in REAL:
+        X, y = load_dataset(name, return_X_y=True)
+        if quick:
+            idx = np.random.RandomState(0).choice(len(y), min(200, len(y)), replace=False)
+            X, y = X[idx], y[idx]
+    elif name in ("smooth", "step", "heteroscedastic"):
+        X, y = load_defaults(name, [])
+    elif name == "heavy_tailed":
+        X, y = make_heavy_tailed(300, 1, random_state=0)
+    elif name == "gap":
+        X, y = make_gap_1d(300, random_state=0)
+    else:
+        raise ValueError(f"unknown data set {name!r}")
+    return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+
+
+def extrapolation_split(X, y):
+    """Rows sorted by the feature most correlated with y: lower 80 % train, top 20 % test."""
+    corr = [abs(np.corrcoef(X[:, j], y)[0, 1]) if np.std(X[:, j]) > 0 else 0.0
+            for j in range(X.shape[1])]
+    j = int(np.nanargmax(corr))
+    order = np.argsort(X[:, j], kind="stable")
+    cut = int(round(0.8 * len(y)))
+    return order[:cut], order[cut:], j
+
+
+def gap_in_gap(n_test=200):
+    """``make_gap_1d(300)`` for training and ``n_test`` rows inside its gap (-1, 1)."""
+    from skbnngp.datasets import make_gap_1d
+
+    X, y = make_gap_1d(300, random_state=0)
+    rng = np.random.RandomState(1)
+    xt = rng.uniform(-1.0, 1.0, n_test)
+    yt = np.sin(2 * xt) + 0.3 * xt + 0.1 * rng.standard_normal(n_test)  # make_gap_1d's law
+    return np.vstack([X, xt[:, None]]), np.concatenate([y, yt]), len(y)
+
+
+def friedman(n_train, n_test=5000):
+    from sklearn.datasets import make_friedman1
+
+    X, y = make_friedman1(n_train + n_test, 10, noise=1.0, random_state=0)
+    return X, y
+
+
+# ============================================================================ tasks
+def run_task(task):
+    key, X, y, train, test, quick = task
+    return run_fit(key, lambda: make_model(key["model"], X.shape[1], quick), X, y, train,
+                   test, "regression")
+
+
+def build_tasks(args):
+    from sklearn.model_selection import KFold, ShuffleSplit
+
+    tasks, notes = [], []
+    folds = 2 if args.quick else 5
+    wanted = [m for m in args.models]
+
+    def models_for(n_train):
+        return [m for m in wanted if m != "svgp" or n_train > SVGP_MIN_ROWS]
+
+    if "cv" in args.sections:
+        for ds in args.sets:
+            X, y = load(ds, args.quick)
+            for fold, (tr, te) in enumerate(KFold(folds, shuffle=True,
+                                                  random_state=0).split(X)):
+                for m in models_for(len(tr)):
+                    tasks.append(({"section": "cv", "set": ds, "split": fold, "model": m},
+                                  X, y, tr, te, args.quick))
+    if "extrap" in args.sections:
+        for ds in [d for d in args.sets if d in REAL] + (["gap"] if "gap" in args.sets else []):
+            if ds == "gap":
+                X, y, n = gap_in_gap()
+                tr, te = np.arange(n), np.arange(n, len(y))
+                notes.append("extrap `gap`: trained on `make_gap_1d(300, random_state=0)`, "
+                             "tested on 200 rows uniform in the gap (-1, 1).")
+            else:
+                X, y = load(ds, args.quick)
+                tr, te, j = extrapolation_split(X, y)
+                notes.append(f"extrap `{ds}`: sorted by feature {j}; {len(tr)} train rows, "
+                             f"{len(te)} test rows.")
+            for m in models_for(len(tr)):
+                tasks.append(({"section": "extrap", "set": ds, "split": 0, "model": m},
+                              X, y, tr, te, args.quick))
+    if "concrete20" in args.sections:
+        X, y = load("concrete", args.quick)
+        n_splits = 2 if args.quick else 20
+        for s, (tr, te) in enumerate(ShuffleSplit(n_splits, test_size=0.1,
+                                                  random_state=0).split(X)):
+            for m in models_for(len(tr)):
+                tasks.append(({"section": "concrete20", "set": "concrete", "split": s,
+                               "model": m}, X, y, tr, te, args.quick))
+    if "large" in args.sections:
+        n_train = 5500 if args.quick else 20000
+        n_test = 1000 if args.quick else 5000
+        X, y = friedman(n_train, n_test)
+        tr, te = np.arange(n_train), np.arange(n_train, n_train + n_test)
+        notes.append(f"large: `make_friedman1({n_train + n_test}, 10, noise=1, "
+                     f"random_state=0)`, first {n_train} rows train, last {n_test} test.")
+        for m in [m for m in ("dbk", "svgp") if m in wanted]:
+            tasks.append(({"section": "large", "set": f"friedman1_{n_train}", "split": 0,
+                           "model": m}, X, y, tr, te, args.quick))
+    # section by section, small sets first, one set complete before the next: an interrupted
+    # run (see --records) leaves whole sets behind
+    tasks.sort(key=lambda t: (SECTIONS.index(t[0]["section"]), len(t[3]), t[0]["set"]))
+    return tasks, notes
+
+
+# ============================================================================ summary
+METRICS = ("nlpd", "crps", "rmse", "coverage_90", "coverage_95", "width_95",
+           "calibration_error", "fit_s")
+
+
+def cell_table(records, section):
+    """``{model: {set: {metric: [values over splits]}}}`` and error counts."""
+    table, errors = {}, {}
+    for r in records:
+        if r["section"] != section:
+            continue
+        if r["error"]:
+            errors.setdefault(r["model"], {}).setdefault(r["set"], []).append(r["error"])
+            continue
+        cell = table.setdefault(r["model"], {}).setdefault(r["set"], {})
+        for k in METRICS:
+            cell.setdefault(k, []).append(r["metrics"][k])
+    return table, errors
+
+
+def summarise(records, models, sets):
+    out = {}
+    for section in SECTIONS:
+        table, errors = cell_table(records, section)
+        if not table and not errors:
+            continue
+        sec_sets = [s for s in list(sets) + ["gap"] if any(s in table.get(m, {})
+                                                           for m in table)]
+        sec_sets += sorted({s for m in table for s in table[m]} - set(sec_sets))
+        sec_sets = list(dict.fromkeys(sec_sets))
+        means = {m: {s: {k: mean_or_nan(v) for k, v in table[m][s].items()}
+                     for s in table[m]} for m in table}
+        stds = {m: {s: {k: float(np.std(v)) for k, v in table[m][s].items()}
+                    for s in table[m]} for m in table}
+        counts = {m: {s: len(table[m][s]["nlpd"]) for s in table[m]} for m in table}
+        out[section] = {"sets": sec_sets, "mean": means, "std": stds, "n": counts,
+                        "errors": errors,
+                        "models": [m for m in models if m in table or m in errors]}
+    warnings_ = {}
+    for r in records:
+        for w, n in r["warnings"].items():
+            per = warnings_.setdefault(r["model"], {}).setdefault(w, {})
+            per[r["set"]] = per.get(r["set"], 0) + n
+    out["warnings"] = warnings_
+    return out
+
+
+def _metric_table(sec, metric, spec, mark=None, mean_col=True):
+    sets = sec["sets"]
+    lines = ["| model | " + " | ".join(sets) + (" | mean |" if mean_col else " |"),
+             "|---|" + "---:|" * (len(sets) + (1 if mean_col else 0))]
+    for m in sec["models"]:
+        vals = [sec["mean"].get(m, {}).get(s, {}).get(metric, float("nan")) for s in sets]
+        cells = []
+        for s, v in zip(sets, vals):
+            text = fmt(v, spec)
+            if s in sec["errors"].get(m, {}):
+                text += f" ({len(sec['errors'][m][s])} failed)"
+            if mark and np.isfinite(v) and mark(v):
+                text = f"**{text}**"
+            cells.append(text)
+        mean = (f" | {fmt(float(np.mean(vals)), spec)}" if all(np.isfinite(vals)) else " | —") \
+            if mean_col else ""
+        lines.append(f"| {LABELS[m]} | " + " | ".join(cells) + mean + " |")
+    return lines
+
+
+def _coverage_miss(v):
+    return not COVERAGE_OK[0] <= v <= COVERAGE_OK[1]
+
+
+def markdown(result):
+    s = result["summary"]
+    out = ["# Calibration of the regressors (issue 19)", "",
+           f"Measured on commit `{result['commit']}`"
+           + (" (quick profile: 2 folds, real sets cut to 200 rows; not the reference run)"
+              if result["quick"] else "")
+           + f". {result['machine']}; jobs={result['jobs']}, one thread per fit. "
+           f"Wall time {result['wall_s'] / 60:.1f} min. Versions: "
+           + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".", "",
+           "Every model is `Pipeline([StandardScaler(), model])` with its defaults "
+           "(`device='cpu'`, `random_state=0`); scores are in the units of y. Model details "
+           "are in the docstring of `benchmarks/bench_uncertainty.py`.", ""]
+    if result.get("partial"):
+        out += [f"**Partial run**: {result['partial']}", ""]
+    out += [f"- {n}" for n in result["notes"]] + [""]
+    if "cv" in s:
+        sec = s["cv"]
+        k = result["folds"]
+        out += [f"## Interpolation: {k}-fold cross-validation", "",
+                "### Test NLPD (mean over folds; lower is better)", ""]
+        out += _metric_table(sec, "nlpd", ".3f")
+        gp = sec["mean"].get("gpr")
+        if gp:
+            ref = {st: gp[st]["nlpd"] for st in gp}
+            diffs = []
+            for m in sec["models"]:
+                if m == "gpr":
+                    continue
+                common = [st for st in sec["sets"] if st in ref
+                          and np.isfinite(sec["mean"].get(m, {}).get(st, {}).get("nlpd",
+                                                                                 np.nan))]
+                if common:
+                    d = np.mean([sec["mean"][m][st]["nlpd"] - ref[st] for st in common])
+                    diffs.append(f"{m} {d:+.3f}" + ("" if len(common) == len(sec["sets"])
+                                                    else f" ({len(common)} sets)"))
+            out += ["", "**Mean NLPD minus sklearn GP** (over the sets both have; target "
+                    "<= +0.05): " + ", ".join(diffs)]
+        out += ["", "### 95 % interval coverage (misses outside 0.92-0.98 in bold)", ""]
+        out += _metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)
+        out += ["", "### 90 % interval coverage", ""]
+        out += _metric_table(sec, "coverage_90", ".3f", mean_col=False)
+        for metric, title, spec in (("crps", "CRPS", ".3f"), ("rmse", "RMSE", ".3g"),
+                                    ("width_95", "Mean 95 % interval width", ".3g"),
+                                    ("calibration_error", "Calibration error", ".3f"),
+                                    ("fit_s", "Fit time per fold (s)", ".1f")):
+            out += ["", f"### {title}", ""] + _metric_table(sec, metric, spec)
+        out += ["", "### Issue 19 targets (interpolation)", "",
+                "| model | 95 % coverage misses | mean NLPD - GP | target met |",
+                "|---|---|---:|---|"]
+        for m in sec["models"]:
+            if m == "gpr":
+                continue
+            miss = [f"{st} {sec['mean'][m][st]['coverage_95']:.2f}"
+                    for st in sec["sets"] if st in sec["mean"].get(m, {})
+                    and _coverage_miss(sec["mean"][m][st]["coverage_95"])]
+            d = float("nan")
+            if gp and all(st in sec["mean"].get(m, {}) and st in gp for st in sec["sets"]):
+                d = float(np.mean([sec["mean"][m][st]["nlpd"] - gp[st]["nlpd"]
+                                   for st in sec["sets"]]))
+            ok = not miss and np.isfinite(d) and d <= 0.05
+            out.append(f"| {LABELS[m]} | {', '.join(miss) or 'none'} | {fmt(d, '+.3f')} | "
+                       f"{'yes' if ok else 'no'} |")
+    if "extrap" in s:
+        sec = s["extrap"]
+        out += ["", "## Extrapolation (train on the lower 80 % of the most relevant feature, "
+                "test on the top 20 %; gap: test inside the gap)", "", "### Test NLPD", ""]
+        out += _metric_table(sec, "nlpd", ".3f")
+        out += ["", "### 95 % coverage (misses in bold)", ""]
+        out += _metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)
+        out += ["", "### RMSE", ""] + _metric_table(sec, "rmse", ".3g")
+        rb = sec["mean"].get("richbll", {})
+        for other in ("bll", "laplace"):
+            ob = sec["mean"].get(other, {})
+            common = [st for st in rb if st in ob]
+            if common:
+                wins = sum(rb[st]["nlpd"] < ob[st]["nlpd"] for st in common)
+                out += ["", f"Rich-BLL NLPD below {LABELS[other]} on {wins} of {len(common)} "
+                        "sets (target: most)."]
+    if "concrete20" in s:
+        sec = s["concrete20"]
+        out += ["", "## Concrete, protocol of Lakshminarayanan et al. 2017 "
+                f"({result['concrete_splits']} random 90/10 splits)", "",
+                "| model | test NLL (nats), mean ± std over splits | ± s.e. | RMSE | "
+                "95 % coverage | fit s |", "|---|---:|---:|---:|---:|---:|"]
+        for m in sec["models"]:
+            c = sec["mean"].get(m, {}).get("concrete")
+            if not c:
+                out.append(f"| {LABELS[m]} | failed | | | | |")
+                continue
+            sd, n = sec["std"][m]["concrete"]["nlpd"], sec["n"][m]["concrete"]
+            fails = len(sec["errors"].get(m, {}).get("concrete", []))
+            out.append(f"| {LABELS[m]} | {c['nlpd']:.2f} ± {sd:.2f}"
+                       + (f" ({fails} failed)" if fails else "")
+                       + f" | {sd / math.sqrt(n):.2f} | {c['rmse']:.2f} | "
+                       f"{c['coverage_95']:.3f} | {c['fit_s']:.1f} |")
+        for name, value in PUBLISHED_CONCRETE.items():
+            out.append(f"| published: {name} | {value} | | | | |")
+        out += ["", "Published figures: Table 1 of Lakshminarayanan et al. (2017), as printed "
+                "there (mean ± the paper's error bar, 20 splits). Target: the package's best estimator below "
+                "3.04."]
+    if "large" in s:
+        sec = s["large"]
+        out += ["", "## Large data: DBK against SVGP", "",
+                "| data | model | NLPD | RMSE | 95 % coverage | fit s |",
+                "|---|---|---:|---:|---:|---:|"]
+        for m in sec["models"]:
+            for st, c in sec["mean"].get(m, {}).items():
+                out.append(f"| {st} | {LABELS[m]} | {c['nlpd']:.3f} | {c['rmse']:.3f} | "
+                           f"{c['coverage_95']:.3f} | {c['fit_s']:.0f} |")
+            for st, errs in sec["errors"].get(m, {}).items():
+                out.append(f"| {st} | {LABELS[m]} | failed: {errs[0][:80]} | | | |")
+        out += ["", "Target: DBK's NLPD below SVGP's at a lower fit time."]
+    out += ["", "## Warnings raised by the fits (count, per data set)", ""]
+    if s["warnings"]:
+        for m, per in s["warnings"].items():
+            for w, where in per.items():
+                out.append(f"- {m}: {w[:160]} ("
+                           + ", ".join(f"{k} {v}" for k, v in where.items()) + ")")
+    else:
+        out.append("None.")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="2 folds, real sets cut to 200 rows, a subset of sets and models, "
+                         "shorter baseline training (SVGP 100 inducing points, 300 steps; "
+                         "MLPs at most 200 epochs)")
+    ap.add_argument("--sets", nargs="+", choices=SETS)
+    ap.add_argument("--models", nargs="+", choices=MODELS)
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS)
+    ap.add_argument("--jobs", type=int, default=1, help="fits run in parallel (joblib)")
+    ap.add_argument("--out", help="output stem (writes OUT.md and OUT.json)")
+    ap.add_argument("--records", help="JSON-lines file of fit records: reused and appended, "
+                                      "so an interrupted run resumes")
+    ap.add_argument("--report-only", action="store_true",
+                    help="no fits: report what --records holds (a partial run says so)")
+    ap.add_argument("--partial-note", help="label written into the report of a partial run")
+    args = ap.parse_args(argv)
+    full = not (args.quick or args.sets or args.models or args.sections)
+    if args.quick:
+        args.sets = args.sets or ["smooth", "heavy_tailed", "diabetes"]
+        args.models = args.models or ["stp", "dbk", "richbll", "bll", "gpr", "svgp",
+                                      "laplace", "ensemble"]
+        args.sections = args.sections or ["cv", "extrap", "concrete20", "large"]
+    args.sets = args.sets or list(SETS)
+    args.models = args.models or list(MODELS)
+    args.sections = args.sections or list(SECTIONS)
+
+    start = time.perf_counter()
+    tasks, notes = build_tasks(args)
+    records = run_all(tasks, run_task, args.jobs, args.records, run=not args.report_only)
+    wall = time.perf_counter() - start
+    missing = len(tasks) - len(records)
+    if missing and not args.partial_note:
+        args.partial_note = f"{missing} of {len(tasks)} fits not run yet."
+    result = {"commit": git_commit(), "machine": machine(), "versions": versions(),
+              "quick": args.quick, "jobs": args.jobs, "folds": 2 if args.quick else 5,
+              "concrete_splits": 2 if args.quick else 20, "wall_s": wall,
+              "sets": args.sets, "models": args.models, "sections": args.sections,
+              "partial": args.partial_note, "notes": notes,
+              "summary": summarise(records, args.models, args.sets), "records": records}
+    text = markdown(result)
+    print(text)
+    if args.out or (full and not missing):
+        write_results(args.out or RESULTS / "bench_uncertainty", result, text)
+    return result
+
+
+if __name__ == "__main__":
+    main()
