@@ -163,10 +163,102 @@ def regression_part(sklearn_from_dbk):
                 / rows["BLL"]["posthoc_s"])
 
 
+
+# ---------------------------------------------------------------- evidence (issue 19 item 3)
+# ``python benchmarks/bench_rich_bll.py --parts evidence``: for each set and split, one
+# network with the old defaults (prior 1, ridge 1e-4, validation noise; "N") and one with
+# refit=True ("R"); on each, post-hoc Rich-BLL and BLL with the evidence's prior variance
+# and ridge and the validation ("val") or the evidence's ("evid") noise, and laplace-torch's
+# last-layer Laplace (marginal-likelihood prior, the validation noise). Splits: the first
+# folds of KFold(5, shuffle=True, random_state=0), or the extrapolation split (sort by the
+# feature most correlated with y, train on the lower 80 %). One JSON line per set, appended
+# to benchmarks/results/bench_rich_bll.evidence.jsonl.
+EVIDENCE_RUNS = [("smooth", "kfold", 1), ("step", "kfold", 2), ("heteroscedastic", "kfold", 2),
+                 ("auto_mpg", "kfold", 2), ("concrete", "kfold", 2), ("diabetes", "kfold", 2),
+                 ("concrete", "extrap", 1), ("auto_mpg", "extrap", 1), ("diabetes", "extrap", 1),
+                 ("cpu_performance", "extrap", 1), ("cpu_performance", "kfold", 2)]
+
+
+def __score(y, mean, std):
+    z = (y - mean) / std
+    return dict(nlpd=float(np.mean(0.5*np.log(2*np.pi*std**2) + 0.5*z**2)),
+                cov95=float(np.mean(np.abs(z) < 1.959964)), rmse=float(np.sqrt(np.mean((y-mean)**2))))
+
+def _laplace_ll(reg, X, y, Xt, yt, noise):
+    from laplace import Laplace
+    net = reg.network_
+    xs = lambda A: torch.as_tensor((A - reg._x_offset) / reg._x_scale)
+    ys = torch.as_tensor((y - reg._y_train_mean) / reg._y_train_std)[:, None]
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs(X), ys), batch_size=256)
+    la = Laplace(net, "regression", subset_of_weights="last_layer", hessian_structure="full",
+                 sigma_noise=float(np.sqrt(noise)))
+    la.fit(loader); la.optimize_prior_precision(method="marglik")
+    with torch.no_grad():
+        f_mu, f_var = la(xs(Xt), pred_type="glm")
+    sd = reg._y_train_std[0]
+    return f_mu.numpy()[:, 0]*sd + reg._y_train_mean[0], np.sqrt(f_var.numpy().reshape(-1) + noise)*sd
+
+def evidence_run(X, y, tr, te, max_iter, refits=(False, True)):
+    out = {}
+    for refit in refits:
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            reg = RichBLLRegressor(device="cpu", random_state=0, max_iter=max_iter, refit=refit,
+                                   noise_variance="validation", prior_variance=1.0,
+                                   projection_ridge=1e-4).fit(X[tr], y[tr])
+        fit_s = time.perf_counter() - t0
+        warn = sum("ConvergenceWarning" in str(x.category) for x in w)
+        val = reg.noise_variance_
+        tag = "R" if refit else "N"
+        out[f"{tag}:old"] = dict(_score(y[te], *reg.predict(X[te], return_std=True)), fit_s=fit_s,
+                                 warn=warn, n_iter=reg.n_iter_, best=reg.best_iteration_)
+        for unc in ("rich", "bll"):
+            for nm in ("val", "evid"):
+                ph = RichBLLRegressor(network=reg.network_, train_network=False, uncertainty=unc,
+                                      noise_variance=val if nm == "val" else "evidence",
+                                      device="cpu", random_state=0).fit(X[tr], y[tr])
+                out[f"{tag}:{unc}:{nm}"] = dict(_score(y[te], *ph.predict(X[te], return_std=True)),
+                                                s=ph.prior_variance_, ridge=ph.projection_ridge_,
+                                                noise=ph.noise_variance_)
+        try:
+            out[f"{tag}:laplace"] = _score(y[te], *_laplace_ll(reg, X[tr], y[tr], X[te], y[te], val))
+        except Exception as e:
+            out[f"{tag}:laplace"] = dict(error=repr(e)[:100])
+    return out
+
+
+def evidence_part(max_iter=2000):
+    import torch
+    from sklearn.model_selection import KFold
+
+    from bench_defaults import load
+    torch.set_num_threads(1)
+    out = []
+    for ds, kind, folds in EVIDENCE_RUNS:
+        X, y = load(ds, [])
+        X, y = np.asarray(X, float), np.asarray(y, float)
+        if kind == "kfold":
+            splits = list(KFold(5, shuffle=True, random_state=0).split(X))[:folds]
+        else:
+            j = int(np.argmax([abs(np.corrcoef(X[:, k], y)[0, 1]) for k in range(X.shape[1])]))
+            o = np.argsort(X[:, j], kind="stable")
+            cut = int(0.8 * len(y))
+            splits = [(o[:cut], o[cut:])]
+        res = [evidence_run(X, y, tr, te, max_iter) for tr, te in splits]
+        summ = {k: {m: float(np.mean([r[k][m] for r in res])) for m in res[0][k]
+                    if isinstance(res[0][k][m], (int, float))} for k in res[0]}
+        line = dict(ds=ds, kind=kind, folds=folds, max_iter=max_iter, summ=summ)
+        print(json.dumps(line), flush=True)
+        RESULTS.mkdir(exist_ok=True)
+        with open(RESULTS / "bench_rich_bll.evidence.jsonl", "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+    return out
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", nargs="+", default=["gap", "regression"],
-                    choices=["gap", "regression"])
+                    choices=["gap", "regression", "evidence"])
     ap.add_argument("--sklearn-from-dbk", action="store_true")
     args = ap.parse_args()
     import sklearn
@@ -176,6 +268,10 @@ def main():
     if "gap" in args.parts:
         report["gap"] = gap_part()
         print(report["gap"], flush=True)
+    if "evidence" in args.parts:
+        evidence_part()
+        if set(args.parts) == {"evidence"}:
+            return
     if "regression" in args.parts:
         report["regression"] = regression_part(args.sklearn_from_dbk)
         print(report["regression"], flush=True)
