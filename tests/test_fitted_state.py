@@ -44,7 +44,6 @@ SKIP = {"device", "random_state", "verbose", "network", "anchors", "prior", "cla
 _OPEN = "issue 18: predict-time parameters unchecked, caches rebuilt from parameters"
 KNOWN = {
     "DBKRegressor": {"validated", "round_trip", "partial_fit"},
-    "FiDGPClassifier": {"validated", "round_trip"},
     "MixedActivationGPRegressor": {"validated", "round_trip"},
     "RichBLLRegressor": {"validated", "round_trip"},
     "StudentTProcessClassifier": {"validated"},
