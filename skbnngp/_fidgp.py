@@ -19,7 +19,8 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, iter_s
 from ._backend._inducing import FiDNetwork, InducingLinear
 from ._backend._train import mlp_from_state, mlp_to_state
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
-                    check_hidden_layer_sizes, input_scaling, plain, transactional)
+                    check_hidden_layer_sizes, check_predict_params, input_scaling, plain,
+                    transactional)
 from ._base import check_class_labels
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -625,7 +626,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         return [torch.cat(parts, dim=0) for parts in out]
 
     def _activation_module(self):
-        return ACTIVATIONS[self.activation]()
+        return ACTIVATIONS[self.model_plan_["activation"]]()  # the fitted one
 
     # ================================================================== prediction
     def _input(self, X):
@@ -635,6 +636,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
 
     def _draw_probs(self, X, n_samples, seed):
         """Softmax probabilities under ``n_samples`` weight draws: (S, n, K) tensor."""
+        check_predict_params(self, "sampling")
         Xt = self._input(X)
         net = self.model_
         gen = make_generator(seed, "cpu")
@@ -665,6 +667,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         -------
         proba : ndarray of shape (n_samples, n_samples_X, n_classes)
         """
+        if n_samples is None:
+            check_predict_params(self, "n_predict_samples")
         S = self.n_predict_samples if n_samples is None else n_samples
         if not isinstance(S, numbers.Integral) or isinstance(S, bool) or S < 1:
             raise ValueError(f"n_samples must be an integer >= 1, got {plain(n_samples)!r}.")
@@ -686,6 +690,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             Columns in the order of ``classes_``; rows sum to one.
         """
         check_is_fitted(self)
+        check_predict_params(self, "n_predict_samples")
         p = to_numpy(self._draw_probs(X, self.n_predict_samples, self._predict_seed).mean(0))
         return p / p.sum(axis=1, keepdims=True)
 
@@ -751,6 +756,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             epistemic, >= 0), in nats.
         """
         check_is_fitted(self)
+        check_predict_params(self, "n_predict_samples")
         P = to_numpy(self._draw_probs(X, self.n_predict_samples, self._predict_seed))
         tiny = np.finfo(np.float64).tiny
         mean = P.mean(axis=0)
@@ -803,9 +809,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     def __setstate__(self, state):
         super().__setstate__(state)
         if isinstance(self.__dict__.get("model_"), dict):
-            device = self.device_
-            dtype = torch.float64 if self.dtype == "float64" else torch.float32
-            self._dtype = dtype
+            device, dtype = self.device_, self._dtype  # fitted, not the parameter
             net = self._build_network(self.model_plan_, 0, "cpu", dtype)
             self.model_ = _load_state(net, self.model_, device, dtype).eval()
             self.ood_projectors_ = [mlp_from_state(sd, device).eval()
