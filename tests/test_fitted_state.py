@@ -47,8 +47,6 @@ KNOWN = {
     "FiDGPClassifier": {"validated", "round_trip"},
     "MixedActivationGPRegressor": {"validated", "round_trip"},
     "RichBLLRegressor": {"validated", "round_trip"},
-    "StudentTProcessClassifier": {"validated"},
-    "StudentTProcessRegressor": {"validated", "round_trip"},
 }
 
 
