@@ -259,11 +259,61 @@ class _Progress:
 
 
 # ============================================================================ summary
+def _incomplete(records, names, n_folds):
+    """What an interrupted run finished: ``{"finished": {name: [folds, 1-based]},
+    "not_finished": {name: [folds]}, "fits_done": int, "fits_planned": int}``."""
+    done = {name: sorted(r["fold"] + 1 for r in records if r["estimator"] == name)
+            for name in names}
+    return {"finished": done,
+            "not_finished": {name: [k for k in range(1, n_folds + 1) if k not in done[name]]
+                             for name in names},
+            "fits_done": len(records), "fits_planned": len(names) * n_folds}
+
+
+def _folds_text(folds, n_folds):
+    if not folds:
+        return "none"
+    if len(folds) == n_folds:
+        return f"all {n_folds}"
+    return ", ".join(map(str, folds))
+
+
+def _incomplete_lines(report):
+    """Markdown lines that say what an interrupted run finished."""
+    inc, n_folds = report["incomplete"], report["folds"]
+    lines = [f"**INCOMPLETE**: interrupted (Ctrl-C) after {inc['fits_done']} of "
+             f"{inc['fits_planned']} fits; the table covers only the folds that finished "
+             "(means over fewer folds are not comparable with a full run)."]
+    for name, folds in inc["finished"].items():
+        lines.append(f"- `{name}`: folds finished: {_folds_text(folds, n_folds)}; not run or "
+                     f"not finished: {_folds_text(inc['not_finished'][name], n_folds)}")
+    return lines
+
+
+def _write_partial(report, summary, out_dir, err):
+    """Write report.md/report.json of an interrupted run, say so in one line; exit 130."""
+    table = format_table(summary, report["task"], markdown=True)
+    text = _markdown(report, table).splitlines()
+    text[0] += " — INCOMPLETE"
+    at = text.index(table.splitlines()[0])
+    text[at:at] = _incomplete_lines(report) + [""]
+    (out_dir / "report.md").write_text("\n".join(text), encoding="utf-8")
+    (out_dir / "report.json").write_text(
+        json.dumps(_jsonable(report), indent=1) + "\n", encoding="utf-8")
+    inc = report["incomplete"]
+    finished = "; ".join(f"{name} {len(folds)}/{report['folds']}"
+                         for name, folds in inc["finished"].items())
+    err.write(f"{PROG} compare: interrupted after {inc['fits_done']} of {inc['fits_planned']} "
+              f"fits (folds done: {finished}); INCOMPLETE report: {out_dir / 'report.md'}\n")
+    return 130
+
+
 def _summarise(records, names, task):
     summary = {}
     for name in names:
         rows = [r for r in records if r["estimator"] == name and r["error"] is None]
-        entry = {"n_folds": len(rows)}
+        entry = {"n_folds": len(rows), "n_failed": sum(
+            r["error"] is not None for r in records if r["estimator"] == name)}
         for m in _metrics_for(task):
             vals = np.array([r["metrics"][m.key] for r in rows], dtype=np.float64)
             entry[m.key] = ({"mean": float(vals.mean()), "std": float(vals.std())}
@@ -369,14 +419,22 @@ def _compare(args, argv, out, err):
 
     bar = _Progress(len(tasks), err, enabled=not args.quiet)
     records = []
+    interrupted = False
     results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
         delayed(_run_one)(name, k, pipes[name], data.X, data.y, train, test, data.task,
                           args.threads, plan[name][0], args.random_state)
         for name, k, train, test in tasks)
-    for record in results:
-        records.append(record)
-        status = "failed" if record["error"] else "done"
-        bar.step(f"{record['estimator']} fold {record['fold'] + 1}/{args.folds} {status}")
+    try:
+        for record in results:
+            records.append(record)
+            status = "failed" if record["error"] else "done"
+            bar.step(f"{record['estimator']} fold {record['fold'] + 1}/{args.folds} {status}")
+    except KeyboardInterrupt:  # Ctrl-C: keep what finished, in a report marked incomplete
+        interrupted = True
+        try:
+            results.close()  # stops the workers that still run
+        except BaseException:  # noqa: BLE001 - a second Ctrl-C while stopping them
+            pass
     bar.close()
     total = time.perf_counter() - start
     records.sort(key=lambda r: (names.index(r["estimator"]), r["fold"]))
@@ -401,16 +459,21 @@ def _compare(args, argv, out, err):
         "metrics": {m.key: {"header": m.header, "kind": m.kind}
                     for m in _metrics_for(data.task)},
         "summary": summary, "total_seconds": total, "notes": data.notes,
+        "incomplete": _incomplete(records, names, args.folds) if interrupted else None,
         "problems": _warning_lines(records, names), "figure": None, "fold_results": records,
     }
     try:
-        if _figure(out_dir / "calibration.png", report, records):
+        if interrupted:  # no figure: a stale one from an earlier run would mislead
+            (out_dir / "calibration.png").unlink(missing_ok=True)
+        elif _figure(out_dir / "calibration.png", report, records):
             report["figure"] = "calibration.png"
         else:
             report["notes"].append("calibration.png not written: install matplotlib "
                                    "(pip install 'skbnngp[examples]')")
     except Exception as exc:  # noqa: BLE001 - the table and reports still get written
         report["notes"].append(f"calibration.png not written: {type(exc).__name__}: {exc}")
+    if interrupted:
+        return _write_partial(report, summary, out_dir, err)
     table = format_table(summary, data.task)
     (out_dir / "report.md").write_text(
         _markdown(report, format_table(summary, data.task, markdown=True)), encoding="utf-8")
