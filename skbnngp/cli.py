@@ -69,9 +69,12 @@ def _compare_parser(subparsers):
                    help="use a random subset of N rows")
     p.add_argument("--time-budget", type=_non_negative_float, default=300.0, metavar="SECONDS",
                    help="wall-clock budget of the cross-validation (default: 300). Each model's "
-                   "fit time is estimated from two small timed fits first (their time is deducted); "
-                   "a model that would exceed its share of the rest is trained on a random "
-                   "subset of the rows, and the report says so. 0: no budget")
+                   "fit time is first predicted from timed fits on 50 rows doubling up to a "
+                   "quarter of a fold (CPU time, the fixed start-up cost apart; their time is "
+                   "deducted); the package's models keep every row when their folds fit, "
+                   "cheapest first, and a model that does not fit (or scikit-learn's GP, which "
+                   "gets what is left) is trained on a random subset of the rows, which the "
+                   "report says. 0: no budget")
     p.add_argument("--max-iter", type=_int_at_least(1), default=None, metavar="N",
                    help="max_iter of every estimator that has one (default: its own)")
     p.add_argument("--device", default="auto",

@@ -338,24 +338,3 @@ def test_time_budget_subsamples_a_slow_model_and_says_so(tmp_path):
     report = json.loads((tmp_path / "b" / "report.json").read_text())
     assert status == 0 and report["subsampled"] == {}
     assert all(r["n_train"] == r["n_train_available"] for r in report["fold_results"])
-
-
-def test_budget_plan_water_fills_and_deducts_the_pilots(monkeypatch):
-    """A model well inside an equal share keeps every row, and the slow one gets what it
-    leaves: folds * t(rows) stays within budget * n_jobs / contention minus the fast model's
-    part (no time passes in the fake pilots)."""
-    from types import SimpleNamespace
-    cost = {"fast": lambda n: 1e-3 * n, "slow": lambda n: 1e-6 * n ** 3}
-    monkeypatch.setattr(compare_run, "_pilot_time",
-                        lambda pipe, X, y, rows, threads: cost[pipe](len(rows)))
-    X, y = np.zeros((2000, 1)), np.zeros(2000)
-    folds = list(KFold(5).split(X))
-    data = SimpleNamespace(X=X, y=y, task="regression")
-    plan = compare_run._plan_budget({"fast": "fast", "slow": "slow"}, data, folds, n_jobs=2,
-                                    budget=100.0, threads=1, seed=0)
-    c = compare_run.CONTENTION
-    assert plan["fast"] == (None, pytest.approx(c * 1e-3 * 1600))
-    rows, full = plan["slow"]
-    assert full == pytest.approx(c * 1e-6 * 1600 ** 3)
-    left = 200.0 - 5 * c * 1e-3 * 1600
-    assert 5 * c * 1e-6 * rows ** 3 <= left < 5 * c * 1e-6 * (rows + 2) ** 3

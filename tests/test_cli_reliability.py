@@ -1,4 +1,5 @@
-"""``skbnngp compare -o DIR`` checks DIR before any fit (issue 18, item 7)."""
+"""``skbnngp compare -o DIR`` checks DIR before any fit, and a Ctrl-C during the folds
+leaves a report of what finished, marked incomplete (issue 18, item 7)."""
 
 import io
 import os
@@ -67,3 +68,96 @@ def test_a_file_in_place_of_the_directory_is_refused(tmp_path, no_fit):
     status, _, err = _run(ARGS + ["-o", str(target)])
     assert status == 2 and "error: cannot create output directory" in err
     assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- Ctrl-C during the folds
+_SLOW_FIT = r"""
+import sys, time
+from skbnngp.compare import _run
+from skbnngp.cli import main
+
+real = _run._run_one
+
+def run_one(name, fold, *args, **kwargs):
+    if name == "StudentTProcessClassifier" and fold == 0:
+        time.sleep(600)  # the slow fit that the user gives up on
+    return real(name, fold, *args, **kwargs)
+
+_run._run_one = run_one
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_during_the_folds_writes_an_incomplete_report_and_exits_130(tmp_path):
+    """A real SIGINT during the second fit (the first has finished): exit 130, one line, no
+    traceback, and report.md/report.json say INCOMPLETE and which folds of which model
+    finished; the model with no finished fold reads "not run", not "failed"."""
+    import json
+    import signal
+    import subprocess
+    import time
+
+    if sys.platform == "win32":
+        pytest.skip("SIGINT to a child process is POSIX")
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [
+                   os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   os.environ.get("PYTHONPATH")])))
+    err_path = tmp_path / "stderr.txt"
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "calibration.png").write_bytes(b"stale")  # an earlier run's figure
+    with open(err_path, "w") as err_file:
+        # n_jobs=1 runs gpc fold 1, stp fold 1 (sleeps), gpc fold 2, stp fold 2
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_FIT, "compare", "iris", "-e", "gpc", "stp",
+             "--folds", "2", "--n-jobs", "1", "--time-budget", "0", "--max-iter", "5",
+             "-o", str(out_dir)],
+            stdout=subprocess.PIPE, stderr=err_file, text=True, env=env)
+        deadline = time.monotonic() + 60  # imports take 15 s at load 7 on 2 cores
+        try:
+            while "1/4 fits" not in err_path.read_text():  # progress: one line per fit
+                assert proc.poll() is None, err_path.read_text()
+                assert time.monotonic() < deadline, err_path.read_text()
+                time.sleep(0.1)
+            time.sleep(0.3)  # inside the slow fit
+            proc.send_signal(signal.SIGINT)
+            stdout, _ = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    err = err_path.read_text()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and stdout == ""
+    assert err.strip().splitlines()[-1] == (
+        "skbnngp compare: interrupted after 1 of 4 fits (folds done: GaussianProcessClassifier "
+        f"1/2; StudentTProcessClassifier 0/2); INCOMPLETE report: {out_dir / 'report.md'}")
+    report = json.loads((out_dir / "report.json").read_text())
+    assert report["incomplete"] == {
+        "finished": {"GaussianProcessClassifier": [1], "StudentTProcessClassifier": []},
+        "not_finished": {"GaussianProcessClassifier": [2], "StudentTProcessClassifier": [1, 2]},
+        "fits_done": 1, "fits_planned": 4}
+    assert report["summary"]["GaussianProcessClassifier"]["n_folds"] == 1
+    assert report["summary"]["StudentTProcessClassifier"]["n_folds"] == 0
+    [record] = report["fold_results"]
+    assert (record["estimator"], record["fold"], record["error"]) == (
+        "GaussianProcessClassifier", 0, None)
+    assert 0.5 <= record["metrics"]["accuracy"] <= 1
+    md = (out_dir / "report.md").read_text()
+    assert md.splitlines()[0].endswith("— INCOMPLETE")
+    assert "**INCOMPLETE**: interrupted (Ctrl-C) after 1 of 4 fits" in md
+    assert "- `GaussianProcessClassifier`: folds finished: 1; not run or not finished: 2" in md
+    assert ("- `StudentTProcessClassifier`: folds finished: none; not run or not finished: "
+            "all 2") in md
+    assert "| `StudentTProcessClassifier` | not run |" in md
+    assert not (out_dir / "calibration.png").exists()  # the stale figure is not passed off
+
+
+def test_an_interrupted_model_with_no_finished_fold_reads_not_run():
+    from skbnngp.compare._report import format_table
+
+    stat = {"mean": None, "std": None}
+    entry = {"n_folds": 0, "n_failed": 0, **{k: stat for k in
+                                             ("accuracy", "nll", "ece", "fit_s", "predict_s")}}
+    table = format_table({"A": entry, "B": dict(entry, n_failed=2)}, "classification")
+    assert table.splitlines()[2].split()[1] == "not" and "failed" in table.splitlines()[3]

@@ -23,10 +23,10 @@ def _decimals(metric, value):
     return 0 if magnitude >= 1000 else 1 if magnitude >= 10 else 2 if magnitude >= 1 else 3
 
 
-def _cell(metric, stat, sep):
+def _cell(metric, stat, sep, entry):
     mean, std = stat["mean"], stat["std"]
-    if mean is None:
-        return "failed"
+    if mean is None:  # no fold to average: every fit failed, or (interrupted) none finished
+        return "failed" if entry.get("n_failed", 1) else "not run"
     d = _decimals(metric, mean)
     return f"{mean:.{d}f}{sep}{std:.{d}f}"
 
@@ -50,7 +50,7 @@ def format_table(summary, task, markdown=False):
     """
     cols = [m for m in _metrics_for(task) if m.in_table]
     sep = " ± " if markdown else "±"
-    rows = [[name] + [_cell(m, entry[m.key], sep) for m in cols]
+    rows = [[name] + [_cell(m, entry[m.key], sep, entry) for m in cols]
             for name, entry in summary.items()]
     header = ["estimator"] + [m.header for m in cols]
     if markdown:

@@ -83,16 +83,17 @@ def _score_classification(y, proba, classes):
         "correct_sum": np.bincount(bins, correct, N_BINS).tolist()}
 
 
-def _pilot_time(pipe, X, y, rows, threads):
-    """Seconds of one fit on ``rows`` (the estimate's sample); inf when it fails."""
+def _pilot_time(pipe, X, y, rows, threads, clock=time.process_time):
+    """Seconds of one fit on ``rows`` by ``clock`` (the estimate's sample); inf when it fails."""
     from threadpoolctl import threadpool_limits
 
     with warnings.catch_warnings(), threadpool_limits(threads):
         warnings.simplefilter("ignore")
         try:
-            start = time.perf_counter()
-            clone(pipe).fit(X[rows], y[rows])
-            return time.perf_counter() - start
+            model = clone(pipe)
+            start = clock()
+            model.fit(X[rows], y[rows])
+            return clock() - start
         except Exception:  # noqa: BLE001 - the real fit reports the error
             return math.inf
 
@@ -100,63 +101,76 @@ def _pilot_time(pipe, X, y, rows, threads):
 #: Fits run ``n_jobs`` at a time slow each other down (shared memory bandwidth and caches);
 #: measured on 2 cores: 1.06-1.2x the time of the same fit alone.
 CONTENTION = 1.25
+#: Most of a model's equal share of the budget that its pilot fits may take.
+PILOT_FRACTION = 0.25
 
 
-def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed):
+def _pilot_curve(pipe, X, y, order, sizes, threads, clock, limit):
+    """The cost curve of one model from pilot fits on ``order[:n]`` for ``n`` in ``sizes``;
+    None when no pilot succeeded."""
+    from ._budget import measure
+
+    return measure(lambda n: _pilot_time(pipe, X, y, order[:n], threads, clock), sizes,
+                   limit=limit)[0]
+
+
+def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed, device="cpu", clock=None,
+                 pilot_jobs=None, first=()):
     """Training rows per model so that all folds of all models fit in ``budget`` seconds.
 
-    Each model is timed on two small random subsets (``n1`` and ``n2 = 2 n1`` rows, inside
-    one training fold, stratified by drawing from every class for classification); the fit
-    time is extrapolated as ``t(n) = t2 (n / n2)^b`` with the measured exponent ``b`` clipped
-    to [1, 3], and multiplied by :data:`CONTENTION` when fits run in parallel. What the pilot
-    fits took is deducted from the budget (at most 3/4 of it); the rest, times ``n_jobs``, is
-    shared out by water-filling: models whose folds fit in an equal share keep every row, and
-    what they leave is shared among the others, each of which gets the largest row count that
-    fits its share, never below 50 rows (and 10 per class for a classifier). Returns
+    Each model is timed on random subsets of one training fold doubling from 50 rows up to
+    a quarter of it (drawing from every class first for classification), in CPU seconds of
+    the process that fits it (wall seconds on a GPU), stopping before a pilot that would take
+    the model's pilots past :data:`PILOT_FRACTION` of its equal share; the pilots run
+    ``pilot_jobs`` (default ``n_jobs``) models at a time. The cost curve read from them
+    (:func:`._budget.cost_curve`: the fixed start-up cost apart, the exponent read only past
+    the flat region), times :data:`CONTENTION` when fits run in parallel, predicts a full
+    fold's fit. What the pilots took (wall clock) is deducted from the budget (at most 3/4
+    of it); the rest, times ``n_jobs``, is shared out by :func:`._budget.plan_rows`: the
+    models in ``first`` (the package's) are kept whole first, cheapest first, and the others
+    share what is left, never below 50 rows (and 10 per class for a classifier). Returns
     ``{name: (rows or None, estimated seconds per fold at full size)}``; None keeps every row.
     """
+    from joblib import Parallel, delayed
+
+    from ._budget import pilot_sizes, plan_rows
+
+    if clock is None:
+        clock = time.process_time if str(device).startswith("cpu") else time.perf_counter
     start = time.perf_counter()
     n_train = min(len(train) for train, _ in folds)
     rng = np.random.RandomState(seed)
-    n2 = min(n_train, 200)
-    n1 = max(n2 // 2, min(n2, 20))
     slow = CONTENTION if n_jobs > 1 else 1.0
     # the fewest rows a model is cut to: 50, and 10 per class for a classifier
     floor = min(n_train, 50 if data.task == "regression" else max(50, 10 * np.unique(data.y).size))
+    sizes = pilot_sizes(n_train)
+    limit = PILOT_FRACTION * budget * n_jobs / max(len(pipes), 1)
     first_train = folds[0][0]
-    plan, curves = {}, {}
-    for name, pipe in pipes.items():
-        plan[name] = (None, None)
-        if n_train <= n2:
-            continue
+    plan = {name: (None, None) for name in pipes}
+    curves = dict.fromkeys(pipes)
+    if not sizes:
+        return plan
+    orders = {}
+    for name in pipes:
         order = first_train[rng.permutation(first_train.size)]
         if data.task == "classification":  # keep every class in the pilot subsets
             classes = np.unique(data.y[order])
             heads = [order[data.y[order] == c][:2] for c in classes]
             rest = order[~np.isin(order, np.concatenate(heads))]
             order = np.concatenate(heads + [rest])
-        t1 = _pilot_time(pipe, data.X, data.y, order[:n1], threads)
-        t2 = _pilot_time(pipe, data.X, data.y, order[:n2], threads)
-        if not (np.isfinite(t1) and np.isfinite(t2)) or t2 <= 0:
-            continue
-        b = float(np.clip(math.log(max(t2, 1e-6) / max(t1, 1e-6)) / math.log(n2 / n1), 1, 3))
-        curves[name] = (slow * t2, b)
-        plan[name] = (None, slow * t2 * (n_train / n2) ** b)
+        orders[name] = order
+    jobs = min(n_jobs if pilot_jobs is None else pilot_jobs, len(pipes))
+    found = Parallel(n_jobs=jobs)(
+        delayed(_pilot_curve)(pipe, data.X, data.y, orders[name], sizes, threads, clock, limit)
+        for name, pipe in pipes.items())
+    for name, curve in zip(pipes, found):
+        if curve is not None:
+            curves[name] = curve.scaled(slow)
+            plan[name] = (None, curves[name](n_train))
     left = max(budget - (time.perf_counter() - start), budget / 4) * n_jobs
-    pending = dict(curves)
-    while pending:  # water-filling: who fits in an equal share keeps every row
-        share = left / len(pending)
-        fits = [name for name in pending if len(folds) * plan[name][1] <= share]
-        if not fits:
-            break
-        for name in fits:
-            left -= len(folds) * plan[name][1]
-            del pending[name]
-    for name, (t2, b) in pending.items():
-        rows = int(n2 * (left / len(pending) / (len(folds) * t2)) ** (1 / b))
-        if rows < n_train:
-            plan[name] = (max(floor, rows), plan[name][1])
-    return plan
+    rows = plan_rows(curves, n_train, len(folds), left, floors=dict.fromkeys(pipes, floor),
+                     first=first)
+    return {name: (rows[name], plan[name][1]) for name in pipes}
 
 
 def _run_one(name, fold, pipe, X, y, train, test, task, threads, max_rows=None, seed=0):
@@ -259,11 +273,61 @@ class _Progress:
 
 
 # ============================================================================ summary
+def _incomplete(records, names, n_folds):
+    """What an interrupted run finished: ``{"finished": {name: [folds, 1-based]},
+    "not_finished": {name: [folds]}, "fits_done": int, "fits_planned": int}``."""
+    done = {name: sorted(r["fold"] + 1 for r in records if r["estimator"] == name)
+            for name in names}
+    return {"finished": done,
+            "not_finished": {name: [k for k in range(1, n_folds + 1) if k not in done[name]]
+                             for name in names},
+            "fits_done": len(records), "fits_planned": len(names) * n_folds}
+
+
+def _folds_text(folds, n_folds):
+    if not folds:
+        return "none"
+    if len(folds) == n_folds:
+        return f"all {n_folds}"
+    return ", ".join(map(str, folds))
+
+
+def _incomplete_lines(report):
+    """Markdown lines that say what an interrupted run finished."""
+    inc, n_folds = report["incomplete"], report["folds"]
+    lines = [f"**INCOMPLETE**: interrupted (Ctrl-C) after {inc['fits_done']} of "
+             f"{inc['fits_planned']} fits; the table covers only the folds that finished "
+             "(means over fewer folds are not comparable with a full run)."]
+    for name, folds in inc["finished"].items():
+        lines.append(f"- `{name}`: folds finished: {_folds_text(folds, n_folds)}; not run or "
+                     f"not finished: {_folds_text(inc['not_finished'][name], n_folds)}")
+    return lines
+
+
+def _write_partial(report, summary, out_dir, err):
+    """Write report.md/report.json of an interrupted run, say so in one line; exit 130."""
+    table = format_table(summary, report["task"], markdown=True)
+    text = _markdown(report, table).splitlines()
+    text[0] += " — INCOMPLETE"
+    at = text.index(table.splitlines()[0])
+    text[at:at] = _incomplete_lines(report) + [""]
+    (out_dir / "report.md").write_text("\n".join(text), encoding="utf-8")
+    (out_dir / "report.json").write_text(
+        json.dumps(_jsonable(report), indent=1) + "\n", encoding="utf-8")
+    inc = report["incomplete"]
+    finished = "; ".join(f"{name} {len(folds)}/{report['folds']}"
+                         for name, folds in inc["finished"].items())
+    err.write(f"{PROG} compare: interrupted after {inc['fits_done']} of {inc['fits_planned']} "
+              f"fits (folds done: {finished}); INCOMPLETE report: {out_dir / 'report.md'}\n")
+    return 130
+
+
 def _summarise(records, names, task):
     summary = {}
     for name in names:
         rows = [r for r in records if r["estimator"] == name and r["error"] is None]
-        entry = {"n_folds": len(rows)}
+        entry = {"n_folds": len(rows), "n_failed": sum(
+            r["error"] is not None for r in records if r["estimator"] == name)}
         for m in _metrics_for(task):
             vals = np.array([r["metrics"][m.key] for r in rows], dtype=np.float64)
             entry[m.key] = ({"mean": float(vals.mean()), "std": float(vals.std())}
@@ -357,7 +421,8 @@ def _compare(args, argv, out, err):
         if not args.quiet:
             err.write(f"estimating each model's fit time (budget {args.time_budget:.0f} s) ...\n")
         plan = _plan_budget(pipes, data, folds, n_jobs, args.time_budget, args.threads,
-                            args.random_state)
+                            args.random_state, device=device,
+                            first=[n for n in names if candidates[n][0] == "skbnngp"])
         for name, (rows, full) in plan.items():
             if rows is not None:
                 data.notes.append(
@@ -369,14 +434,22 @@ def _compare(args, argv, out, err):
 
     bar = _Progress(len(tasks), err, enabled=not args.quiet)
     records = []
+    interrupted = False
     results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
         delayed(_run_one)(name, k, pipes[name], data.X, data.y, train, test, data.task,
                           args.threads, plan[name][0], args.random_state)
         for name, k, train, test in tasks)
-    for record in results:
-        records.append(record)
-        status = "failed" if record["error"] else "done"
-        bar.step(f"{record['estimator']} fold {record['fold'] + 1}/{args.folds} {status}")
+    try:
+        for record in results:
+            records.append(record)
+            status = "failed" if record["error"] else "done"
+            bar.step(f"{record['estimator']} fold {record['fold'] + 1}/{args.folds} {status}")
+    except KeyboardInterrupt:  # Ctrl-C: keep what finished, in a report marked incomplete
+        interrupted = True
+        try:
+            results.close()  # stops the workers that still run
+        except BaseException:  # noqa: BLE001 - a second Ctrl-C while stopping them
+            pass
     bar.close()
     total = time.perf_counter() - start
     records.sort(key=lambda r: (names.index(r["estimator"]), r["fold"]))
@@ -401,16 +474,21 @@ def _compare(args, argv, out, err):
         "metrics": {m.key: {"header": m.header, "kind": m.kind}
                     for m in _metrics_for(data.task)},
         "summary": summary, "total_seconds": total, "notes": data.notes,
+        "incomplete": _incomplete(records, names, args.folds) if interrupted else None,
         "problems": _warning_lines(records, names), "figure": None, "fold_results": records,
     }
     try:
-        if _figure(out_dir / "calibration.png", report, records):
+        if interrupted:  # no figure: a stale one from an earlier run would mislead
+            (out_dir / "calibration.png").unlink(missing_ok=True)
+        elif _figure(out_dir / "calibration.png", report, records):
             report["figure"] = "calibration.png"
         else:
             report["notes"].append("calibration.png not written: install matplotlib "
                                    "(pip install 'skbnngp[examples]')")
     except Exception as exc:  # noqa: BLE001 - the table and reports still get written
         report["notes"].append(f"calibration.png not written: {type(exc).__name__}: {exc}")
+    if interrupted:
+        return _write_partial(report, summary, out_dir, err)
     table = format_table(summary, data.task)
     (out_dir / "report.md").write_text(
         _markdown(report, format_table(summary, data.task, markdown=True)), encoding="utf-8")
