@@ -19,7 +19,8 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, iter_s
 from ._backend._inducing import FiDNetwork, InducingLinear
 from ._backend._train import mlp_from_state, mlp_to_state
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
-                    check_hidden_layer_sizes, input_scaling, plain, transactional)
+                    check_hidden_layer_sizes, check_predict_params, input_scaling, plain,
+                    transactional)
 from ._base import check_class_labels
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -366,6 +367,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             else:
                 shapes.append(None)
         return dict(widths=widths, shapes=shapes, activation=self.activation,
+                    sampling=self.sampling,
                     flow_length=int(self.flow_length), flow_hidden=int(self.flow_hidden),
                     flow_dropout=float(self.flow_dropout),
                     flow_spectral_norm=bool(self.flow_spectral_norm),
@@ -458,7 +460,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.lambdas_ = [to_float(layer.lam()) for _, layer in net.inducing_layers()]
         self._predict_seed = int(seeds[2])
         with torch.no_grad():
-            net.sample_weights(make_generator(int(seeds[2]), "cpu"), self.sampling)
+            net.sample_weights(make_generator(int(seeds[2]), "cpu"), plan["sampling"])
             self.kl_ = to_float(net.kl()) / X.shape[0]
         self._fit_ood(net, Xt, rng, int(seeds[3]))
         return self
@@ -482,6 +484,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         else:
             others = list(net.parameters())
         kappas = []
+        sampling = self.sampling
 
         def loss(rows, epoch):
             kappa = kl_factor(epoch, E, self.kl_ml_frac, self.kl_anneal_frac, self.kl_weight)
@@ -490,7 +493,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             xb, yb = Xt[rows], yt[rows]
             ce, kl = 0.0, None
             for k in range(self.n_train_samples):
-                logits = net.apply(xb, net.sample_weights(gen, self.sampling))
+                logits = net.apply(xb, net.sample_weights(gen, sampling))
                 ce = ce + F.cross_entropy(logits, yb, weight=cw,
                                           label_smoothing=self.label_smoothing)
                 if k == 0 and kappa > 0:
@@ -553,7 +556,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                 if isinstance(layer, InducingLinear):
                     factors = layer.prior_factors()
                     U = factors[0] @ layer.sample_v(gen) @ factors[1].T
-                    W = layer.weight_from_u(U, layer.conditional_noise(gen, self.sampling,
+                    W = layer.weight_from_u(U, layer.conditional_noise(gen, self._sampling(),
                                                                        factors), factors)
                     weights.append(W)
                     if i in keys:
@@ -625,7 +628,13 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         return [torch.cat(parts, dim=0) for parts in out]
 
     def _activation_module(self):
-        return ACTIVATIONS[self.activation]()
+        return ACTIVATIONS[self.model_plan_["activation"]]()
+
+    def _sampling(self):
+        """The fitted conditional-noise rule (a model pickled before it was in the plan: the
+        parameter)."""
+        plan = self.model_plan_
+        return plan["sampling"] if "sampling" in plan else self.sampling
 
     # ================================================================== prediction
     def _input(self, X):
@@ -641,7 +650,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         out = []
         with torch.no_grad():
             for _ in range(n_samples):
-                W = net.sample_weights(gen, self.sampling)
+                W = net.sample_weights(gen, self._sampling())
                 out.append(torch.cat([torch.softmax(net.apply(Xt[sl], W), dim=1)
                                       for sl in iter_slices(Xt.shape[0], PREDICT_ROWS)], dim=0))
         probs = torch.stack(out).to(torch.float64)
@@ -665,6 +674,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         -------
         proba : ndarray of shape (n_samples, n_samples_X, n_classes)
         """
+        check_is_fitted(self)
+        if n_samples is None:
+            check_predict_params(self, "n_predict_samples")
         S = self.n_predict_samples if n_samples is None else n_samples
         if not isinstance(S, numbers.Integral) or isinstance(S, bool) or S < 1:
             raise ValueError(f"n_samples must be an integer >= 1, got {plain(n_samples)!r}.")
@@ -686,6 +698,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             Columns in the order of ``classes_``; rows sum to one.
         """
         check_is_fitted(self)
+        check_predict_params(self, "n_predict_samples")
         p = to_numpy(self._draw_probs(X, self.n_predict_samples, self._predict_seed).mean(0))
         return p / p.sum(axis=1, keepdims=True)
 
@@ -751,6 +764,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             epistemic, >= 0), in nats.
         """
         check_is_fitted(self)
+        check_predict_params(self, "n_predict_samples")
         P = to_numpy(self._draw_probs(X, self.n_predict_samples, self._predict_seed))
         tiny = np.finfo(np.float64).tiny
         mean = P.mean(axis=0)
@@ -804,8 +818,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         super().__setstate__(state)
         if isinstance(self.__dict__.get("model_"), dict):
             device = self.device_
-            dtype = torch.float64 if self.dtype == "float64" else torch.float32
-            self._dtype = dtype
+            dtype = self._dtype  # the fitted dtype (restored by the base class), not the
+            # parameter, which set_params may have changed since
             net = self._build_network(self.model_plan_, 0, "cpu", dtype)
             self.model_ = _load_state(net, self.model_, device, dtype).eval()
             self.ood_projectors_ = [mlp_from_state(sd, device).eval()
