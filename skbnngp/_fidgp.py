@@ -27,8 +27,6 @@ from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is
 
 #: Rows per block at prediction.
 PREDICT_ROWS = 4096
-#: Added to norms that divide the OoD residual.
-_TINY = 1e-12
 
 
 def kl_factor(epoch, max_iter, ml_frac, anneal_frac, weight):
@@ -160,16 +158,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         Full-batch Adam steps of each projector (the authors' code takes 1, which leaves the
         score at chance; see the user guide).
     ood_projector_lr : float, default=1e-3
-    ood_rank : "auto", int or None, default="auto"
-        Number ``k`` of the top right singular directions of each key layer's ``U`` that span
-        the in-distribution subspace of R^C: the projector is their orthogonal projector, the
-        score is the residual off it divided by the projector's output norm, and the projector
-        is trained on that normalised residual (no trivial minimiser ``f -> 0``). ``"auto"``:
-        ``max(1, C // 4)``; an integer is clipped to ``min(R, C - 1)``, so ``k < C`` always
-        (Lemma 1 needs a rank-deficient ``U``). None: the earlier score, the ridge projector
-        onto the whole row space of ``U`` with the unnormalised residual (see the user guide).
     ood_ridge : float, default=1e-3
-        Ridge of the row-space projector ``U^T (U U^T + ridge I)^{-1} U`` (``ood_rank=None``).
+        Ridge of the row-space projector ``U^T (U U^T + ridge I)^{-1} U``.
     ood_jitter : float, default=1e-4
         Further relative jitter (times the mean diagonal) of that solve.
     ood_max_fit_samples : int, default=5000
@@ -209,8 +199,6 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     inducing_matrices_ : list of ndarray
         The fixed posterior draw of ``U`` of each OoD key layer.
     ood_layers_ : list of int
-    ood_ranks_ : list of int or None
-        The rank ``k`` of each key layer's subspace (None with ``ood_rank=None``).
     n_parameters_ : int
         Trainable parameters of the network.
 
@@ -274,8 +262,6 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         "ood_projector_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
         "ood_projector_steps": [Interval(numbers.Integral, 0, None, closed="left")],
         "ood_projector_lr": [Interval(numbers.Real, 0, None, closed="neither")],
-        "ood_rank": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left"),
-                     None],
         "ood_ridge": [Interval(numbers.Real, 0, None, closed="neither")],
         "ood_jitter": [Interval(numbers.Real, 0, None, closed="left")],
         "ood_max_fit_samples": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -297,7 +283,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                  lr_gamma=0.1, n_iter_no_change=None, tol=1e-4, n_train_samples=1,
                  n_predict_samples=8, ood_layers=None, ood_projector="mlp",
                  ood_projector_hidden=128, ood_projector_steps=300, ood_projector_lr=1e-3,
-                 ood_rank="auto", ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, scale_inputs=True,
+                 ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, scale_inputs=True,
                  device="auto", dtype="float32", random_state=None, verbose=0):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -338,7 +324,6 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.ood_projector_hidden = ood_projector_hidden
         self.ood_projector_steps = ood_projector_steps
         self.ood_projector_lr = ood_projector_lr
-        self.ood_rank = ood_rank
         self.ood_ridge = ood_ridge
         self.ood_jitter = ood_jitter
         self.ood_max_fit_samples = ood_max_fit_samples
@@ -382,7 +367,6 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             else:
                 shapes.append(None)
         return dict(widths=widths, shapes=shapes, activation=self.activation,
-                    sampling=self.sampling,
                     flow_length=int(self.flow_length), flow_hidden=int(self.flow_hidden),
                     flow_dropout=float(self.flow_dropout),
                     flow_spectral_norm=bool(self.flow_spectral_norm),
@@ -475,7 +459,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.lambdas_ = [to_float(layer.lam()) for _, layer in net.inducing_layers()]
         self._predict_seed = int(seeds[2])
         with torch.no_grad():
-            net.sample_weights(make_generator(int(seeds[2]), "cpu"), plan["sampling"])
+            net.sample_weights(make_generator(int(seeds[2]), "cpu"), self.sampling)
             self.kl_ = to_float(net.kl()) / X.shape[0]
         self._fit_ood(net, Xt, rng, int(seeds[3]))
         return self
@@ -499,7 +483,6 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         else:
             others = list(net.parameters())
         kappas = []
-        sampling = self.sampling
 
         def loss(rows, epoch):
             kappa = kl_factor(epoch, E, self.kl_ml_frac, self.kl_anneal_frac, self.kl_weight)
@@ -508,7 +491,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             xb, yb = Xt[rows], yt[rows]
             ce, kl = 0.0, None
             for k in range(self.n_train_samples):
-                logits = net.apply(xb, net.sample_weights(gen, sampling))
+                logits = net.apply(xb, net.sample_weights(gen, self.sampling))
                 ce = ce + F.cross_entropy(logits, yb, weight=cw,
                                           label_smoothing=self.label_smoothing)
                 if k == 0 and kappa > 0:
@@ -571,7 +554,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                 if isinstance(layer, InducingLinear):
                     factors = layer.prior_factors()
                     U = factors[0] @ layer.sample_v(gen) @ factors[1].T
-                    W = layer.weight_from_u(U, layer.conditional_noise(gen, self._sampling(),
+                    W = layer.weight_from_u(U, layer.conditional_noise(gen, self.sampling,
                                                                        factors), factors)
                     weights.append(W)
                     if i in keys:
@@ -580,19 +563,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                     weights.append(torch.cat([layer.weight, layer.bias[:, None]], dim=1))
         self.ood_layers_ = keys
         self.inducing_matrices_ = [to_numpy(us[i]) for i in keys]
-        projections, ranks = [], []
+        projections = []
         for i in keys:
             U = us[i]
-            if self.ood_rank is not None:
-                R, C = U.shape
-                k = max(1, C // 4) if self.ood_rank == "auto" else int(self.ood_rank)
-                k = max(1, min(k, R, C - 1))
-                Vh = torch.linalg.svd(U.to(torch.float64), full_matrices=False)[2][:k]
-                P = (Vh.T @ Vh).to(dtype)  # C x C orthogonal projector of rank k
-                projections.append(0.5 * (P + P.T))
-                ranks.append(k)
-                continue
-            ranks.append(None)
             G = U @ U.T
             R = G.shape[0]
             G = G + (self.ood_ridge + self.ood_jitter * float(G.diagonal().mean())) * \
@@ -601,7 +574,6 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             P = U.T @ torch.cholesky_solve(U, L)  # C x C
             projections.append(0.5 * (P + P.T))
         self._ood = dict(weights=weights, projections=projections)
-        self.ood_ranks_ = ranks
         n = Xt.shape[0]
         rows = np.sort(rng.choice(n, min(n, self.ood_max_fit_samples), replace=False))
         Z = self._feature_gradients(Xt[torch.as_tensor(rows, device=device)])
@@ -614,12 +586,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             if self.ood_projector_steps > 0:
                 Zk, P = Z[k], projections[k]
 
-                def loss(rows, epoch, proj=proj, Zk=Zk, P=P, normalise=ranks[k] is not None):
+                def loss(rows, epoch, proj=proj, Zk=Zk, P=P):
                     f = proj(Zk)
-                    res = (f - f @ P).square().sum(dim=1)
-                    if normalise:  # scale-free: f -> 0 no longer minimises it
-                        res = res / (f.square().sum(dim=1) + _TINY)
-                    return res.mean()
+                    return (f - f @ P).square().sum(dim=1).mean()
 
                 NetworkTrainer(loss, [], list(proj.parameters()), modules=[proj],
                                learning_rate=self.ood_projector_lr, device=device).fit(
@@ -657,13 +626,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         return [torch.cat(parts, dim=0) for parts in out]
 
     def _activation_module(self):
-        return ACTIVATIONS[self.model_plan_["activation"]]()
-
-    def _sampling(self):
-        """The fitted conditional-noise rule (a model pickled before it was in the plan: the
-        parameter)."""
-        plan = self.model_plan_
-        return plan["sampling"] if "sampling" in plan else self.sampling
+        return ACTIVATIONS[self.model_plan_["activation"]]()  # the fitted one
 
     # ================================================================== prediction
     def _input(self, X):
@@ -680,7 +643,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         out = []
         with torch.no_grad():
             for _ in range(n_samples):
-                W = net.sample_weights(gen, self._sampling())
+                W = net.sample_weights(gen, self.sampling)
                 out.append(torch.cat([torch.softmax(net.apply(Xt[sl], W), dim=1)
                                       for sl in iter_slices(Xt.shape[0], PREDICT_ROWS)], dim=0))
         probs = torch.stack(out).to(torch.float64)
@@ -704,7 +667,6 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         -------
         proba : ndarray of shape (n_samples, n_samples_X, n_classes)
         """
-        check_is_fitted(self)
         if n_samples is None:
             check_predict_params(self, "n_predict_samples")
         S = self.n_predict_samples if n_samples is None else n_samples
@@ -808,11 +770,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
 
         One forward and one backward pass under a fixed weight draw: at each key layer the
         output ``h`` times the gradient of the cross-entropy against the predicted label,
-        mapped to R^C by the layer's projector, leaves a residual off the span of the top
-        ``ood_ranks_`` right singular directions of the layer's inducing matrix; the score is
-        that residual's norm divided by the projector output's norm (in [0, 1]), averaged over
-        the key layers (``ood_rank=None``: the unnormalised residual off the whole row space).
-        No label is needed, and the model is not changed.
+        mapped to R^C by the layer's projector, leaves a residual off the row space of the
+        layer's inducing matrix; the score is its norm averaged over the key layers. No label is
+        needed, and the model is not changed.
 
         Parameters
         ----------
@@ -827,13 +787,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         Z = self._feature_gradients(Xt)
         total = torch.zeros(Xt.shape[0], dtype=torch.float64, device=Xt.device)
         with torch.no_grad():
-            ranks = getattr(self, "ood_ranks_", [None] * len(Z))  # older pickles: None
-            for Zk, proj, P, k in zip(Z, self.ood_projectors_, self._ood["projections"], ranks):
-                f = proj(Zk).to(torch.float64)
-                res = torch.linalg.vector_norm(f - f @ P.to(torch.float64), dim=1)
-                if k is not None:
-                    res = res / (torch.linalg.vector_norm(f, dim=1) + _TINY)
-                total += res
+            for Zk, proj, P in zip(Z, self.ood_projectors_, self._ood["projections"]):
+                f = proj(Zk)
+                total += torch.linalg.vector_norm(f - f @ P, dim=1).to(torch.float64)
         score = to_numpy(total) / len(Z)
         if not np.all(np.isfinite(score)):
             raise ValueError(f"{type(self).__name__}: the OoD score at X is not finite (X may "
@@ -853,9 +809,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     def __setstate__(self, state):
         super().__setstate__(state)
         if isinstance(self.__dict__.get("model_"), dict):
-            device = self.device_
-            dtype = self._dtype  # the fitted dtype (restored by the base class), not the
-            # parameter, which set_params may have changed since
+            device, dtype = self.device_, self._dtype  # fitted, not the parameter
             net = self._build_network(self.model_plan_, 0, "cpu", dtype)
             self.model_ = _load_state(net, self.model_, device, dtype).eval()
             self.ood_projectors_ = [mlp_from_state(sd, device).eval()
