@@ -41,7 +41,7 @@ def kl_factor(epoch, max_iter, ml_frac, anneal_frac, weight):
     return float(weight) * min(1.0, (epoch - ml) / ramp)
 
 
-def layer_parameter_count(d_out, d_in, rows, cols, flow_hidden=16, flow=True):
+def layer_parameter_count(d_out, d_in, rows, cols, flow_hidden=16, flow=True, flow_length=1):
     """Trainable parameters of one FiD-GP layer (``d_in`` counts the bias column).
 
     ``R d_out + C d_in + 2 R C + R + C + 1`` plus ``3 C H + 2 C + 4 H^2 + 5 H`` for a flow
@@ -51,7 +51,7 @@ def layer_parameter_count(d_out, d_in, rows, cols, flow_hidden=16, flow=True):
     n = rows * d_out + cols * d_in + 2 * rows * cols + rows + cols + 1
     if flow and cols >= 2:
         H = flow_hidden
-        n += 3 * cols * H + 2 * cols + 4 * H * H + 5 * H
+        n += flow_length * (3 * cols * H + 2 * cols + 4 * H * H + 5 * H)
     return n
 
 
@@ -88,9 +88,16 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     fid_layers : "all", "last" or list of int, default="all"
         Which linear layers are FiD-GP layers (indices over the linear layers; -1 is the output
         layer). The others are plain layers trained by maximum likelihood.
-    inducing_rows, inducing_cols : int, default=32
+    inducing_rows : int, default=16
+    inducing_cols : int, default=32
         Inducing size R x C, clipped per layer to ``R <= d_out`` and ``C <= d_in`` (``d_in``
-        counts the bias); the clipped sizes are in ``inducing_shapes_``.
+        counts the bias); the clipped sizes are in ``inducing_shapes_``. ``R < C`` (the
+        default) makes ``U`` rank-deficient, which the paper's Lemma 1 needs.
+    layer_budget : float or None, default=None
+        Compression: the inducing sizes of each FiD-GP layer are shrunk (from R x C) until the
+        layer has at most ``layer_budget`` times the parameters of the dense layer it replaces
+        (``< 1``: smaller than that layer; the flow's conditioner is part of the count).
+        None: no limit.
     sampling : {"matheron", "reparam", "mean"}, default="matheron"
         Conditional weight noise: Matheron's rule (the exact prior-conditional), iid Gaussian
         noise (the paper's "Reparam"), or none.
@@ -150,13 +157,24 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     ood_layers : list of int or None, default=None
         Key layers of :meth:`ood_score` (indices over the linear layers, FiD-GP layers only).
         None: every hidden FiD-GP layer, or the output layer when no hidden layer is one.
+    ood_method : {"principal", "inducing", "gradient"}, default="principal"
+        The subspace of :meth:`ood_score`. The score is the relative residual of each key
+        layer's input (with its bias column, under one fixed weight draw) off a subspace of
+        lower rank than the layer's input width: ``"principal"``, the top principal
+        directions of the training inputs holding ``ood_energy`` of their energy;
+        ``"inducing"``, the row space of the layer's mean inducing weight ``U T_col^T``
+        (rank R). ``"gradient"`` is the paper's Algorithm 2 (projected feature-gradients off
+        the ridge row space of ``U``), normalised by ``||f||``.
+    ood_energy : float in (0, 1), default=0.99
+        Fraction of the training inputs' energy that the ``"principal"`` subspace keeps.
     ood_projector : {"mlp", "linear"}, default="mlp"
-        The per-layer projector of the feature-gradients onto R^C: an MLP with one hidden layer
-        (the authors') or a linear map.
+        ``ood_method="gradient"`` only: the per-layer projector of the feature-gradients onto
+        R^C, an MLP with one hidden layer (the authors') or a linear map.
     ood_projector_hidden : int, default=128
     ood_projector_steps : int, default=300
-        Full-batch Adam steps of each projector (the authors' code takes 1, which leaves the
-        score at chance; see the user guide).
+        Full-batch Adam steps of each projector (``"gradient"`` only; the authors' code takes
+        1, which leaves the score at chance; see the user guide). Its loss is the relative
+        residual ``||f - f P||^2 / ||f||^2``, which ``f -> 0`` does not minimise.
     ood_projector_lr : float, default=1e-3
     ood_ridge : float, default=1e-3
         Ridge of the row-space projector ``U^T (U U^T + ridge I)^{-1} U``.
@@ -199,6 +217,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     inducing_matrices_ : list of ndarray
         The fixed posterior draw of ``U`` of each OoD key layer.
     ood_layers_ : list of int
+    ood_method_ : str
+        The OoD method fitted (:meth:`ood_score` reads this, not the parameter).
+    ood_ranks_ : list of int
+        Rank of each key layer's subspace (below the layer's input width).
     n_parameters_ : int
         Trainable parameters of the network.
 
@@ -228,6 +250,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         "fid_layers": [StrOptions({"all", "last"}), list, tuple],
         "inducing_rows": [Interval(numbers.Integral, 1, None, closed="left")],
         "inducing_cols": [Interval(numbers.Integral, 1, None, closed="left")],
+        "layer_budget": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "sampling": [StrOptions({"matheron", "reparam", "mean"})],
         "flow_length": [Interval(numbers.Integral, 0, None, closed="left")],
         "flow_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -258,6 +281,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         "n_train_samples": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_predict_samples": [Interval(numbers.Integral, 1, None, closed="left")],
         "ood_layers": [list, tuple, None],
+        "ood_method": [StrOptions({"principal", "inducing", "gradient"})],
+        "ood_energy": [Interval(numbers.Real, 0, 1, closed="neither")],
         "ood_projector": [StrOptions({"mlp", "linear"})],
         "ood_projector_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
         "ood_projector_steps": [Interval(numbers.Integral, 0, None, closed="left")],
@@ -273,15 +298,16 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     }
 
     def __init__(self, *, hidden_layer_sizes=(64, 64), activation="relu", fid_layers="all",
-                 inducing_rows=32, inducing_cols=32, sampling="matheron", flow_length=1,
+                 inducing_rows=16, inducing_cols=32, layer_budget=None, sampling="matheron", flow_length=1,
                  flow_hidden=16, flow_dropout=0.1, flow_spectral_norm=True,
                  flow_on_output_layer=True, prior_sd=1.0, z_init="gaussian", init_lambda=1e-3,
                  max_lambda=0.03, learn_lambda=True, lambda_l2=0.0, lambda_lr=None,
-                 init_sd_u=1e-3, max_sd_u=0.1, kl_weight=1.0, kl_ml_frac=0.5,
-                 kl_anneal_frac=0.25, label_smoothing=0.05, class_weight=None, max_iter=200,
+                 init_sd_u=1e-3, max_sd_u=0.1, kl_weight=0.1, kl_ml_frac=0.5,
+                 kl_anneal_frac=0.25, label_smoothing=0.0, class_weight=None, max_iter=200,
                  batch_size=100, learning_rate_init=1e-3, lr_milestones_frac=(0.5,),
                  lr_gamma=0.1, n_iter_no_change=None, tol=1e-4, n_train_samples=1,
-                 n_predict_samples=8, ood_layers=None, ood_projector="mlp",
+                 n_predict_samples=8, ood_layers=None, ood_method="principal",
+                 ood_energy=0.99, ood_projector="mlp",
                  ood_projector_hidden=128, ood_projector_steps=300, ood_projector_lr=1e-3,
                  ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, scale_inputs=True,
                  device="auto", dtype="float32", random_state=None, verbose=0):
@@ -290,6 +316,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.fid_layers = fid_layers
         self.inducing_rows = inducing_rows
         self.inducing_cols = inducing_cols
+        self.layer_budget = layer_budget
         self.sampling = sampling
         self.flow_length = flow_length
         self.flow_hidden = flow_hidden
@@ -320,6 +347,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.n_train_samples = n_train_samples
         self.n_predict_samples = n_predict_samples
         self.ood_layers = ood_layers
+        self.ood_method = ood_method
+        self.ood_energy = ood_energy
         self.ood_projector = ood_projector
         self.ood_projector_hidden = ood_projector_hidden
         self.ood_projector_steps = ood_projector_steps
@@ -363,7 +392,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         for i in range(n_lin):
             if i in chosen:
                 d_out, d_in = widths[i + 1], widths[i] + 1
-                shapes.append((min(self.inducing_rows, d_out), min(self.inducing_cols, d_in)))
+                R, C = min(self.inducing_rows, d_out), min(self.inducing_cols, d_in)
+                if self.layer_budget is not None:
+                    R, C = self._shrink_to_budget(i, n_lin, d_out, d_in, R, C)
+                shapes.append((R, C))
             else:
                 shapes.append(None)
         return dict(widths=widths, shapes=shapes, activation=self.activation,
@@ -375,6 +407,23 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                     max_lambda=float(self.max_lambda), learn_lambda=bool(self.learn_lambda),
                     init_sd_u=float(self.init_sd_u), max_sd_u=float(self.max_sd_u),
                     z_init=self.z_init)
+
+    def _shrink_to_budget(self, i, n_lin, d_out, d_in, R, C):
+        """Largest (R, C), shrunk from the requested sizes keeping R <= C where it was, whose
+        layer has at most ``layer_budget * d_out * d_in`` parameters (1 x 1 at the least)."""
+        flow = self.flow_length > 0 and (i < n_lin - 1 or self.flow_on_output_layer)
+
+        def count(r, c):
+            return layer_parameter_count(d_out, d_in, r, c, self.flow_hidden, flow,
+                                         self.flow_length)
+
+        limit = self.layer_budget * d_out * d_in
+        while count(R, C) > limit and (R > 1 or C > 1):
+            if C > 1 and (C >= 2 * R or R == 1):
+                C -= 1
+            else:
+                R -= 1
+        return R, C
 
     @staticmethod
     def _build_network(plan, seed, device, dtype):
@@ -544,11 +593,12 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         return sorted(set(keys))
 
     def _fit_ood(self, net, Xt, rng, seed):
-        """Fix one weight draw, the key layers' U, their projectors."""
+        """Fix one weight draw and the key layers' U; then the method's subspaces or
+        projectors."""
         device, dtype = Xt.device, Xt.dtype
         keys = self._ood_key_layers(net)
         gen = make_generator(seed, "cpu")
-        weights, us = [], {}
+        weights, us, colmaps = [], {}, {}
         with torch.no_grad():
             for i, layer in enumerate(net.layers):
                 if isinstance(layer, InducingLinear):
@@ -558,11 +608,35 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                                                                        factors), factors)
                     weights.append(W)
                     if i in keys:
-                        us[i] = U
+                        us[i], colmaps[i] = U, factors[3]
                 else:
                     weights.append(torch.cat([layer.weight, layer.bias[:, None]], dim=1))
         self.ood_layers_ = keys
+        self.ood_method_ = self.ood_method
         self.inducing_matrices_ = [to_numpy(us[i]) for i in keys]
+        n = Xt.shape[0]
+        rows = np.sort(rng.choice(n, min(n, self.ood_max_fit_samples), replace=False))
+        Xfit = Xt[torch.as_tensor(rows, device=device)]
+        self.ood_projectors_ = []
+        if self.ood_method != "gradient":
+            self._ood = dict(weights=weights)
+            bases = []
+            with torch.no_grad():
+                A = self._layer_inputs(Xfit)
+                for k, i in enumerate(keys):
+                    if self.ood_method == "inducing":  # row space of the mean weight U T_col^T
+                        M = (us[i] @ colmaps[i]).to(torch.float64)
+                        _, sv, Vh = torch.linalg.svd(M, full_matrices=False)
+                        r = int((sv > 1e-6 * sv[0]).sum())
+                    else:  # the top principal directions of the layer's training inputs
+                        _, sv, Vh = torch.linalg.svd(A[k].to(torch.float64), full_matrices=False)
+                        energy = torch.cumsum(sv * sv, 0) / (sv * sv).sum()
+                        r = int((energy < self.ood_energy).sum()) + 1
+                    r = max(1, min(r, Vh.shape[1] - 1))  # rank-deficient: a residual exists
+                    bases.append(Vh[:r].T.to(dtype).contiguous())
+            self._ood["bases"] = bases
+            self.ood_ranks_ = [int(B.shape[1]) for B in bases]
+            return
         projections = []
         for i in keys:
             U = us[i]
@@ -574,9 +648,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             P = U.T @ torch.cholesky_solve(U, L)  # C x C
             projections.append(0.5 * (P + P.T))
         self._ood = dict(weights=weights, projections=projections)
-        n = Xt.shape[0]
-        rows = np.sort(rng.choice(n, min(n, self.ood_max_fit_samples), replace=False))
-        Z = self._feature_gradients(Xt[torch.as_tensor(rows, device=device)])
+        self.ood_ranks_ = [int(min(u.shape)) for u in us.values()]
+        Z = self._feature_gradients(Xfit)
         projectors = []
         for k, i in enumerate(keys):
             C = us[i].shape[1]
@@ -587,8 +660,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                 Zk, P = Z[k], projections[k]
 
                 def loss(rows, epoch, proj=proj, Zk=Zk, P=P):
+                    # relative residual: f -> 0 no longer minimises it
                     f = proj(Zk)
-                    return (f - f @ P).square().sum(dim=1).mean()
+                    return ((f - f @ P).square().sum(dim=1)
+                            / f.square().sum(dim=1).clamp_min(1e-12)).mean()
 
                 NetworkTrainer(loss, [], list(proj.parameters()), modules=[proj],
                                learning_rate=self.ood_projector_lr, device=device).fit(
@@ -597,6 +672,25 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                     label=f"{type(self).__name__} OoD projector {i}")
             projectors.append(proj.eval())
         self.ood_projectors_ = projectors
+
+    def _layer_inputs(self, Xt):
+        """The input (with the bias column) of each key layer under the fixed draw."""
+        keys, weights = self.ood_layers_, self._ood["weights"]
+        act = self._activation_module()
+        out = [[] for _ in keys]
+        with torch.no_grad():
+            for sl in iter_slices(Xt.shape[0], PREDICT_ROWS):
+                x = Xt[sl]
+                for i, W in enumerate(weights):
+                    if i in keys:
+                        one = torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)
+                        out[keys.index(i)].append(torch.cat([x, one], dim=1))
+                    if i == keys[-1]:
+                        break
+                    x = torch.addmm(W[:, -1], x, W[:, :-1].T)
+                    if i < len(weights) - 1:
+                        x = act(x)
+        return [torch.cat(parts, dim=0) for parts in out]
 
     def _feature_gradients(self, Xt):
         """``z = h * dCE(logits, argmax)/dh`` at each key layer (sum-reduced CE), in blocks."""
@@ -768,10 +862,11 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     def ood_score(self, X):
         """Out-of-distribution score (higher = less like the training data).
 
-        One forward and one backward pass under a fixed weight draw: at each key layer the
-        output ``h`` times the gradient of the cross-entropy against the predicted label,
-        mapped to R^C by the layer's projector, leaves a residual off the row space of the
-        layer's inducing matrix; the score is its norm averaged over the key layers. No label is
+        One forward pass under a fixed weight draw: at each key layer the input ``a`` (with
+        its bias column) leaves a residual off a subspace of rank below the input width (see
+        ``ood_method``); the score is ``||a - a P|| / ||a||`` averaged over the key layers,
+        in [0, 1]. With ``ood_method="gradient"``, the paper's feature-gradient residual
+        (one backward pass), also divided by the projected feature's norm. No label is
         needed, and the model is not changed.
 
         Parameters
@@ -784,13 +879,20 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             Finite and non-negative.
         """
         Xt = self._input(X)
-        Z = self._feature_gradients(Xt)
         total = torch.zeros(Xt.shape[0], dtype=torch.float64, device=Xt.device)
         with torch.no_grad():
-            for Zk, proj, P in zip(Z, self.ood_projectors_, self._ood["projections"]):
-                f = proj(Zk)
-                total += torch.linalg.vector_norm(f - f @ P, dim=1).to(torch.float64)
-        score = to_numpy(total) / len(Z)
+            if self.ood_method_ == "gradient":
+                feats = [proj(Zk) for Zk, proj in zip(self._feature_gradients(Xt),
+                                                      self.ood_projectors_)]
+                resid = [f - f @ P for f, P in zip(feats, self._ood["projections"])]
+            else:
+                feats = self._layer_inputs(Xt)
+                resid = [a - (a @ B) @ B.T for a, B in zip(feats, self._ood["bases"])]
+            for f, r in zip(feats, resid):  # relative residual: in [0, 1], scale-free
+                f, r = f.to(torch.float64), r.to(torch.float64)
+                total += torch.linalg.vector_norm(r, dim=1) / \
+                    torch.linalg.vector_norm(f, dim=1).clamp_min(1e-300)
+        score = to_numpy(total) / len(feats)
         if not np.all(np.isfinite(score)):
             raise ValueError(f"{type(self).__name__}: the OoD score at X is not finite (X may "
                              "lie far outside the training range); rescale X.")

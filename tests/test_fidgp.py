@@ -319,7 +319,7 @@ def test_loss_is_the_data_term_before_the_kl_is_switched_on():
     """With the KL off (first half of the epochs) the loss equals the smoothed cross-entropy,
     and switching the KL on adds KL / N."""
     X, y = load_iris(return_X_y=True)
-    clf = FiDGPClassifier(hidden_layer_sizes=(8,), max_iter=8, batch_size=150,
+    clf = FiDGPClassifier(hidden_layer_sizes=(8,), max_iter=8, batch_size=150, kl_weight=1.0,
                           random_state=0, device="cpu").fit(X, y)
     assert clf.kl_weights_[:4] == [0.0] * 4 and clf.kl_weights_[-1] == 1.0
     assert len(clf.loss_curve_) == clf.n_iter_ == 8
@@ -395,10 +395,12 @@ def test_ood_score_shape_batch_invariance_and_no_side_effects(digits_ood):
 
 def test_residual_projector_properties(digits_ood):
     clf = digits_ood[0]
-    P = clf._ood["projections"][0].double()
+    B = clf._ood["bases"][0].double()  # the default: an orthogonal projector of lower rank
+    P = B @ B.T
     torch.testing.assert_close(P, P.T)
     ev = torch.linalg.eigvalsh(P)
-    assert float(ev.min()) > -1e-5 and float(ev.max()) < 1.0
+    assert float(ev.min()) > -1e-5 and float(ev.max()) < 1.0 + 1e-5
+    assert int((ev < 0.5).sum()) == P.shape[0] - clf.ood_ranks_[0] >= 1
     f = torch.randn(50, P.shape[0], dtype=F64, generator=gen(0))
     r = f - f @ P
     assert bool((r.norm(dim=1) <= f.norm(dim=1) + 1e-9).all())
@@ -436,13 +438,19 @@ def test_predict_uncertainty_decomposition(digits_ood):
 def test_variants_train():
     X, y = load_iris(return_X_y=True)
     for kw in [dict(sampling="reparam", flow_length=0), dict(sampling="mean", flow_length=2),
-               dict(fid_layers="last", ood_projector="linear"),
+               dict(fid_layers="last", ood_projector="linear", ood_method="gradient"),
+               dict(ood_method="inducing"), dict(ood_method="gradient", layer_budget=0.5),
                dict(fid_layers=[0], flow_on_output_layer=False, z_init="orthogonal",
                     lambda_lr=1e-2, lambda_l2=1.0, n_train_samples=2)]:
         clf = FiDGPClassifier(hidden_layer_sizes=(8,), max_iter=4, batch_size=75,
                               random_state=0, device="cpu", **kw).fit(X, y)
         assert clf.predict_proba(X).shape == (150, 3)
-        assert np.all(np.isfinite(clf.ood_score(X)))
+        s = clf.ood_score(X)
+        assert np.all(np.isfinite(s)) and np.all((s >= 0) & (s <= 1 + 1e-6))
+        if clf.ood_method_ == "gradient":
+            P = clf._ood["projections"][0].double()
+            ev = torch.linalg.eigvalsh(P)
+            assert float(ev.min()) > -1e-5 and float(ev.max()) < 1.0
     assert clf.inducing_shapes_ == [(8, 5), None]
     assert clf.ood_layers_ == [0]
 

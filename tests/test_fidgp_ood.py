@@ -1,0 +1,112 @@
+"""FiDGPClassifier's OoD score is sound at the defaults (issue 20 item 2) and the compression
+option keeps each FiD-GP layer under its budget (issue 20 item 3)."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from skbnngp import FiDGPClassifier
+from skbnngp._backend import as_tensor
+from skbnngp._fidgp import layer_parameter_count
+
+pytest.importorskip("zuko")
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+def subspace_blobs(n, seed, d=40, k=4):
+    """Two classes living on a k-dimensional subspace of R^d (plus a little noise)."""
+    rng = np.random.RandomState(seed)
+    basis = np.linalg.qr(np.random.RandomState(0).standard_normal((d, k)))[0]
+    y = rng.randint(0, 2, n)
+    latent = rng.standard_normal((n, k)) + 2.0 * y[:, None]
+    return latent @ basis.T + 0.05 * rng.standard_normal((n, d)), y
+
+
+@pytest.fixture(scope="module")
+def toy():
+    X, y = subspace_blobs(300, 1)
+    clf = FiDGPClassifier(max_iter=30, batch_size=100, learning_rate_init=1e-2,
+                          random_state=0, device="cpu").fit(X, y)
+    return clf, X
+
+
+def test_defaults_make_the_inducing_matrix_and_the_projector_rank_deficient(toy):
+    clf, _ = toy
+    (R0, C0), (R1, C1), _ = clf.inducing_shapes_
+    assert R1 < C1 and R0 < C0  # widths 40 + 1 -> 64 -> 64: R = 16 < C = 32
+    for k, i in enumerate(clf.ood_layers_):
+        U = clf.inducing_matrices_[k]
+        assert np.linalg.matrix_rank(U) <= min(U.shape) < U.shape[1]
+        width = clf.model_plan_["widths"][i] + 1
+        B = clf._ood["bases"][k].double()
+        torch.testing.assert_close(B.T @ B, torch.eye(B.shape[1], dtype=torch.float64),
+                                   atol=1e-5, rtol=0)
+        ev = torch.linalg.eigvalsh(B @ B.T)
+        assert clf.ood_ranks_[k] == B.shape[1] < width
+        # eigenvalues 0 or 1, and not all ~1 (the old ridge projector had 30 of 32 near 1)
+        assert int((ev > 0.5).sum()) == clf.ood_ranks_[k]
+        assert int((ev < 1e-5).sum()) == width - clf.ood_ranks_[k]
+
+
+def test_principal_subspace_keeps_the_requested_energy(toy):
+    clf, X = toy
+    A = clf._layer_inputs(as_tensor(clf._scale(X), clf.device_, clf._dtype))
+    for a, B in zip(A, clf._ood["bases"]):
+        a = a.double()
+        r = a - (a @ B.double()) @ B.double().T
+        assert float(r.square().sum() / a.square().sum()) <= 1 - clf.ood_energy + 1e-6
+
+
+def test_score_is_lower_in_distribution_than_off_the_data_subspace(toy):
+    clf, _ = toy
+    X_in, _ = subspace_blobs(200, 2)
+    rng = np.random.RandomState(3)
+    X_off = rng.standard_normal((200, 40)) * X_in.std()  # same scale, every direction
+    s_in, s_off = clf.ood_score(X_in), clf.ood_score(X_off)
+    assert np.all((s_in >= 0) & (s_in <= 1)) and np.all((s_off >= 0) & (s_off <= 1))
+    auc = roc_auc_score(np.r_[np.zeros(200), np.ones(200)], np.r_[s_in, s_off])
+    assert auc > 0.95 and np.median(s_in) < 0.5 * np.median(s_off)
+    # scale-free: far along the data subspace is not OoD, far off it is
+    assert np.median(clf.ood_score(10 * X_in)) < np.median(s_off)
+
+
+def test_inducing_subspace_is_the_row_space_of_the_mean_weight():
+    X, y = subspace_blobs(200, 4)
+    clf = FiDGPClassifier(hidden_layer_sizes=(16, 16), max_iter=5, ood_method="inducing",
+                          random_state=0, device="cpu").fit(X, y)
+    for k, i in enumerate(clf.ood_layers_):
+        layer = clf.model_.layers[i]
+        with torch.no_grad():
+            M = (torch.as_tensor(clf.inducing_matrices_[k]) @ layer.prior_factors()[3]).double()
+        B = clf._ood["bases"][k].double()
+        assert B.shape[1] == min(clf.inducing_shapes_[i])
+        torch.testing.assert_close(M @ B @ B.T, M, atol=1e-4 * float(M.abs().max()), rtol=0)
+
+
+@pytest.mark.parametrize("budget", [0.5, 1.0])
+def test_layer_budget_makes_each_layer_smaller_than_the_dense_one(budget):
+    X, y = subspace_blobs(120, 5)
+    clf = FiDGPClassifier(layer_budget=budget, max_iter=2, ood_projector_steps=2,
+                          random_state=0, device="cpu").fit(X, y)
+    widths = clf.model_plan_["widths"]
+    total = 0
+    for i, layer in clf.model_.inducing_layers():
+        d_out, d_in = widths[i + 1], widths[i] + 1
+        # under the budget, or as small as a FiD-GP layer gets (a 2-class output layer at
+        # 0.5 needs fewer than d_in + 7 parameters)
+        assert layer.n_parameters() <= budget * d_out * d_in or clf.inducing_shapes_[i] == (1, 1)
+        total += layer.n_parameters()
+    dense = sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+    assert clf.n_parameters_ == total <= budget * dense
+    full = FiDGPClassifier(max_iter=1, random_state=0, device="cpu").fit(X, y)
+    assert clf.n_parameters_ < full.n_parameters_
+
+
+def test_parameter_formula_counts_every_flow_step():
+    X, y = subspace_blobs(60, 6)
+    clf = FiDGPClassifier(hidden_layer_sizes=(8,), flow_length=2, max_iter=1,
+                          ood_projector_steps=1, random_state=0, device="cpu").fit(X, y)
+    (R0, C0), (R1, C1) = clf.inducing_shapes_
+    assert clf.n_parameters_ == (layer_parameter_count(8, 41, R0, C0, flow_length=2)
+                                 + layer_parameter_count(2, 9, R1, C1, flow_length=2))
