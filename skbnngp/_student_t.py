@@ -19,7 +19,8 @@ from ._backend import (DEFAULT_BLOCK_ELEMENTS, ExactGP, as_tensor, auto_batch_si
                        to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    clip_variances, fit_hyperparameters, input_scaling, plain, transactional)
+                    check_predict_params, clip_variances, fit_hyperparameters, input_scaling,
+                    plain, transactional)
 from ._base import check_class_labels
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
@@ -179,6 +180,9 @@ prior_scale_bounds : pair of floats or "fixed"
         Training targets after normalisation.
     relevance_ : ndarray of shape (n_features,)
         Fitted ARD relevances (ones when ``ard=False``).
+    depth_, activation_, ard_, alpha_mode_, predictive_ : int, str or callable, bool, str, str
+        The configuration the model was fitted with: ``predict`` and an unpickled model read
+        these, so a ``set_params`` after ``fit`` changes nothing until the next ``fit``.
     hyperparameters_ : dict
         Fitted values of ``weight_variance``, ``bias_variance``, ``alpha``, ``prior_shape``,
         ``prior_scale``.
@@ -379,13 +383,16 @@ prior_scale_bounds : pair of floats or "fixed"
         gen = make_generator(rng.randint(np.iinfo(np.int32).max), device)
 
         self.X_train_ = X
+        # the fitted configuration: everything predict and an unpickled model's cache read
+        self.depth_, self.activation_, self.ard_ = self.depth, self.activation, self.ard
+        self.alpha_mode_, self.predictive_ = self.alpha_mode, self.predictive
         self._X_offset, self._X_scale = input_scaling(X, "standard", self.normalize_X)
 
         Xt = as_tensor(self._standardise_X(X), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         self._prior_obj = self._make_prior(kind, inference, gen, rng, device, dtype)
         engine = self._make_gp(Xt, Yt)
-        n_rel = X.shape[1] if self.ard else 0
+        n_rel = X.shape[1] if self.ard_ else 0
         theta = torch.log(torch.tensor([float(getattr(self, h)) for h in HYPERPARAMETERS]
                                        + [1.0] * n_rel, device=device, dtype=dtype))
         free = [b != "fixed" and h in self._prior_obj.uses + HYPERPARAMETERS[:3]
@@ -406,7 +413,7 @@ prior_scale_bounds : pair of floats or "fixed"
         self.hyperparameters_ = {
             h: (fitted[i] if optimised and free[i] else float(getattr(self, h)))
             for i, h in enumerate(HYPERPARAMETERS)}
-        self.relevance_ = np.asarray(fitted[5:]) if self.ard else np.ones(X.shape[1])
+        self.relevance_ = np.asarray(fitted[5:]) if self.ard_ else np.ones(X.shape[1])
         self._engine, self._theta = engine, theta
         cache = self._factorise()
         f = cache["factor"]
@@ -428,10 +435,10 @@ prior_scale_bounds : pair of floats or "fixed"
         return self
 
     def _make_gp(self, Xt, Yt):
-        kernel = partial(_nngp, self.depth, self._activation, self.ard)
+        kernel = partial(_nngp, self.depth_, get_activation(self.activation_), self.ard_)
         return ExactGP(kernel, _unpack, Xt, Yt,
                        marginal=partial(_prior_marginal, self._prior_obj),
-                       relative_noise=self.alpha_mode == "relative",
+                       relative_noise=self.alpha_mode_ == "relative",
                        context=type(self).__name__)
 
     def _factorise(self):
@@ -439,7 +446,7 @@ prior_scale_bounds : pair of floats or "fixed"
         eng, theta = self._engine, self._theta
         f = eng.state(theta, warn=True, context=f"{type(self).__name__}: training kernel")
         cache = {"factor": f, "p": _unpack(theta)}
-        if self.predictive == "ntk_trained":
+        if self.predictive_ == "ntk_trained":
             with torch.no_grad():
                 K, T = eng.kernel(cache["p"], eng.X, ntk=True)
                 T = T.clone()
@@ -448,16 +455,24 @@ prior_scale_bounds : pair of floats or "fixed"
             cache.update(K=K, LT=LT, AT=cho_solve(LT, eng.Y))
         return cache
 
+    def _get_cache(self):
+        # rebuilt from fitted attributes only (device_, _dtype included), never from a
+        # parameter that set_params may have changed since fit
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            cache = self._cache = self._build_cache()
+        return cache
+
     def _build_cache(self):
-        # after unpickling: rebuild the engine and the factorisation on device_
-        kind, inference, _ = self._check_params()
+        # after unpickling: rebuild the engine and the factorisation on device_ from the
+        # fitted configuration (depth_, activation_, ard_, alpha_mode_, predictive_)
         device, dtype = self.device_, self._dtype
         Xt = as_tensor(self._standardise_X(self.X_train_), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         self._engine = self._make_gp(Xt, Yt)
         self._theta = torch.log(torch.tensor(
             [self.hyperparameters_[h] for h in HYPERPARAMETERS]
-            + (list(self.relevance_) if self.ard else []), device=device, dtype=dtype))
+            + (list(self.relevance_) if self.ard_ else []), device=device, dtype=dtype))
         return self._factorise()
 
     def __getstate__(self):
@@ -475,7 +490,7 @@ prior_scale_bounds : pair of floats or "fixed"
 
     # ------------------------------------------------------------------ predict
     def _mixing(self):
-        if self.predictive == "posterior":
+        if self.predictive_ == "posterior":
             return self._posterior
         hp = self.hyperparameters_
         return self._prior_obj.prior(hp["prior_shape"], hp["prior_scale"])
@@ -483,12 +498,13 @@ prior_scale_bounds : pair of floats or "fixed"
     def _latent(self, X, *, full_cov=False):
         """Unit-amplitude predictive mean (m x C) and variance (m,) or covariance (m x m)."""
         check_is_fitted(self)
+        check_predict_params(self, "include_noise", "batch_size")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
         eng, f, p = self._engine, cache["factor"], cache["p"]
         Xq = as_tensor(self._standardise_X(X), self.device_, self._dtype)
         lam = f["noise"] if self.include_noise else 0.0
-        if self.predictive != "ntk_trained":
+        if self.predictive_ != "ntk_trained":
             mean, V = gp_predict(eng.kernel, p, f, Xq, full_cov=full_cov, noise=lam,
                                  batch_size=self.batch_size)
             return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
@@ -577,10 +593,10 @@ optional
                 raise ValueError("eval_gradient=True requires theta.")
             return self.log_marginal_likelihood_value_
         theta = np.asarray(theta, dtype=float)
-        size = len(HYPERPARAMETERS) + (self.n_features_in_ if self.ard else 0)
+        size = len(HYPERPARAMETERS) + (self.n_features_in_ if self.ard_ else 0)
         if theta.shape != (size,) or not np.all(np.isfinite(theta)):
             raise ValueError(f"theta must be {size} finite log-values "
-                             f"({', '.join(HYPERPARAMETERS)}{', relevances' if self.ard else ''}).")
+                             f"({', '.join(HYPERPARAMETERS)}{', relevances' if self.ard_ else ''}).")
         self._get_cache()
         th = as_tensor(theta, self.device_, self._dtype)
         nll, grad = self._engine.value_and_grad(th)
@@ -785,6 +801,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
 
     def _proba_and_mean(self, X):
         check_is_fitted(self)
+        check_predict_params(self, "n_quadrature")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         reg = self.regressor_
         mu, V = reg._latent(X)

@@ -44,8 +44,6 @@ SKIP = {"device", "random_state", "verbose", "network", "anchors", "prior", "cla
 _OPEN = "issue 18: predict-time parameters unchecked, caches rebuilt from parameters"
 KNOWN = {
     "FiDGPClassifier": {"validated", "round_trip"},
-    "StudentTProcessClassifier": {"validated"},
-    "StudentTProcessRegressor": {"validated", "round_trip"},
 }
 
 
