@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from functools import partial
 import numbers
+import warnings
 
 import numpy as np
 import torch
 from numpy.polynomial.hermite_e import hermegauss
 from scipy import stats
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
@@ -62,6 +64,28 @@ def _check_prior(prior):
     raise ValueError(
         "prior must be 'invgamma', 'gaussian', 'burr12' or a frozen scipy.stats distribution "
         f"on (0, inf); got {prior!r}.")
+
+
+def _argmax_proba(mu, V, nodes, n_quadrature, device, dtype):
+    """``P(argmax_j f_j = c)`` for ``f ~ N(mu, s V I)`` mixed over the scale nodes ``nodes``.
+
+    ``mu`` is (m, C), ``V`` (m,) unit-amplitude variances; Gauss-Hermite in ``z`` with
+    ``n_quadrature`` nodes. Returns an (m, C) tensor (not floored).
+    """
+    z, wz = hermegauss(n_quadrature)
+    wz = wz / wz.sum()
+    mu_t, z_t, wz_t = (as_tensor(a, device, dtype) for a in (mu, z, wz))
+    sig = as_tensor(np.sqrt(np.maximum(V, 1e-300))[:, None] * np.sqrt(nodes)[None, :],
+                    device, dtype)  # m x K
+    C = mu.shape[1]
+    out = []
+    eye = torch.eye(C, dtype=torch.bool, device=device)[None, :, :, None, None]
+    for sl in iter_slices(mu.shape[0], max(1, 2**22 // (C * C * z.size * nodes.size))):
+        diff = (mu_t[sl, :, None] - mu_t[sl, None, :])  # b x C x C: mu_c - mu_j
+        arg = diff[..., None, None] / sig[sl, None, None, :, None] + z_t  # b C C K H
+        logp = torch.special.log_ndtr(arg).masked_fill(eye, 0.0).sum(dim=2)  # b x C x K x H
+        out.append((logp.exp() * wz_t).sum(-1).mean(-1))  # b x C
+    return torch.cat(out) if out else torch.zeros((0, C), device=device, dtype=dtype)
 
 
 class StudentTProcessRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin,
@@ -180,11 +204,9 @@ prior_scale_bounds : pair of floats or "fixed"
         Training targets after normalisation.
     relevance_ : ndarray of shape (n_features,)
         Fitted ARD relevances (ones when ``ard=False``).
-    depth_, activation_, ard_, alpha_mode_ : int, str or callable, bool, str
-        The kernel configuration the model was fitted with. Predictions, and the cache
-        rebuilt after unpickling, use these, so ``set_params`` without a refit changes
-        nothing until the next ``fit`` (``predictive``, ``include_noise`` and ``batch_size``
-        are predict-time options, read and validated at each call).
+    depth_, activation_, ard_, alpha_mode_, predictive_ : int, str or callable, bool, str, str
+        The configuration the model was fitted with: ``predict`` and an unpickled model read
+        these, so a ``set_params`` after ``fit`` changes nothing until the next ``fit``.
     hyperparameters_ : dict
         Fitted values of ``weight_variance``, ``bias_variance``, ``alpha``, ``prior_shape``,
         ``prior_scale``.
@@ -385,6 +407,9 @@ prior_scale_bounds : pair of floats or "fixed"
         gen = make_generator(rng.randint(np.iinfo(np.int32).max), device)
 
         self.X_train_ = X
+        # the fitted configuration: everything predict and an unpickled model's cache read
+        self.depth_, self.activation_, self.ard_ = self.depth, self.activation, self.ard
+        self.alpha_mode_, self.predictive_ = self.alpha_mode, self.predictive
         self._X_offset, self._X_scale = input_scaling(X, "standard", self.normalize_X)
         # the configuration the model was fitted with: predict and a rebuilt cache read these,
         # never the constructor parameters (which set_params may change without a refit)
@@ -417,6 +442,11 @@ prior_scale_bounds : pair of floats or "fixed"
             h: (fitted[i] if optimised and free[i] else float(getattr(self, h)))
             for i, h in enumerate(HYPERPARAMETERS)}
         self.relevance_ = np.asarray(fitted[5:]) if self.ard_ else np.ones(X.shape[1])
+        self._publish(engine, theta)
+        return self
+
+    def _publish(self, engine, theta):
+        """Factorise at ``theta`` and set the fitted attributes that follow from it."""
         self._engine, self._theta = engine, theta
         cache = self._factorise()
         f = cache["factor"]
@@ -435,7 +465,14 @@ prior_scale_bounds : pair of floats or "fixed"
         self.df_ = (2 * mix.params["shape"] if mix.kind == "invgamma"
                     else (math.inf if mix.kind == "delta" else math.nan))
         self._cache = cache
-        return self
+
+    def _set_alpha(self, alpha):
+        """Refactorise with the noise ratio ``alpha``, the other hyperparameters kept."""
+        self._get_cache()
+        theta = self._theta.clone()
+        theta[2] = math.log(alpha)
+        self.hyperparameters_ = {**self.hyperparameters_, "alpha": float(alpha)}
+        self._publish(self._engine, theta)
 
     def _make_gp(self, Xt, Yt):
         kernel = partial(_nngp, self.depth_, get_activation(self.activation_), self.ard_)
@@ -448,13 +485,8 @@ prior_scale_bounds : pair of floats or "fixed"
         """Final factorisation on the training set (the NTK pieces come lazily, _ntk_cache)."""
         eng, theta = self._engine, self._theta
         f = eng.state(theta, warn=True, context=f"{type(self).__name__}: training kernel")
-        return {"factor": f, "p": _unpack(theta)}
-
-    def _ntk_cache(self, cache):
-        """The training NTK pieces of Thm 3.3, built on first use (``predictive`` is a
-        predict-time option, so a model fitted for the posterior can also predict so)."""
-        if "AT" not in cache:
-            eng, f = self._engine, cache["factor"]
+        cache = {"factor": f, "p": _unpack(theta)}
+        if self.predictive_ == "ntk_trained":
             with torch.no_grad():
                 K, T = eng.kernel(cache["p"], eng.X, ntk=True)
                 T = T.clone()
@@ -471,9 +503,17 @@ prior_scale_bounds : pair of floats or "fixed"
             cache = self._cache = self._build_cache()
         return cache
 
+    def _get_cache(self):
+        # rebuilt from fitted attributes only (device_, _dtype included), never from a
+        # parameter that set_params may have changed since fit
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            cache = self._cache = self._build_cache()
+        return cache
+
     def _build_cache(self):
-        # after unpickling: rebuild the engine and the factorisation on device_, from fitted
-        # attributes only
+        # after unpickling: rebuild the engine and the factorisation on device_ from the
+        # fitted configuration (depth_, activation_, ard_, alpha_mode_, predictive_)
         device, dtype = self.device_, self._dtype
         Xt = as_tensor(self._standardise_X(self.X_train_), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
@@ -498,8 +538,7 @@ prior_scale_bounds : pair of floats or "fixed"
 
     # ------------------------------------------------------------------ predict
     def _mixing(self):
-        check_predict_params(self, "predictive")
-        if self.predictive == "posterior":
+        if self.predictive_ == "posterior":
             return self._posterior
         hp = self.hyperparameters_
         return self._prior_obj.prior(hp["prior_shape"], hp["prior_scale"])
@@ -507,13 +546,13 @@ prior_scale_bounds : pair of floats or "fixed"
     def _latent(self, X, *, full_cov=False):
         """Unit-amplitude predictive mean (m x C) and variance (m,) or covariance (m x m)."""
         check_is_fitted(self)
-        check_predict_params(self, "predictive", "include_noise", "batch_size")
+        check_predict_params(self, "include_noise", "batch_size")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
         eng, f, p = self._engine, cache["factor"], cache["p"]
         Xq = as_tensor(self._standardise_X(X), self.device_, self._dtype)
         lam = f["noise"] if self.include_noise else 0.0
-        if self.predictive != "ntk_trained":
+        if self.predictive_ != "ntk_trained":
             mean, V = gp_predict(eng.kernel, p, f, Xq, full_cov=full_cov, noise=lam,
                                  batch_size=self.batch_size)
             return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
@@ -645,6 +684,25 @@ class StudentTProcessClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstima
     target_coding : {"onehot", "centered"}, default="onehot"
     n_quadrature : int, default=32
         Gauss-Hermite nodes (and scale nodes) for ``predict_proba``.
+    alpha_selection : {"loo", "evidence"}, default="loo"
+        How the noise ratio ``alpha`` is chosen. ``"evidence"``: with the other
+        hyperparameters, by the marginal likelihood of the one-hot targets, which on small
+        data can run to ``alpha``'s lower bound and give confident mistakes. ``"loo"``: the
+        other hyperparameters by the evidence, then ``alpha`` and a label-noise weight
+        ``label_noise_`` by the closed-form leave-one-out class log loss on a grid (4 points
+        a decade inside ``alpha_bounds``; label noise in {0, 1e-4, ..., 0.2}); ``predict_proba``
+        mixes ``label_noise_`` of the uniform distribution into the probabilities (a
+        robust-max likelihood), so a point the leave-one-out fit finds misclassified does not
+        make every mistake cost ``log(1e9)``. Measured in the User Guide.
+    ard : bool, default=False
+        One first-layer weight variance per feature (see :class:`StudentTProcessRegressor`).
+        Off by default for the classifier, by measurement: on wine and breast_cancer
+        (stratified 5-fold) ARD ran the evidence fit into its bounds and gave test NLL
+        0.16 and 0.13 against 0.036 and 0.080 without it.
+    weight_variance_bounds, bias_variance_bounds, alpha_bounds, prior_shape_bounds, \
+prior_scale_bounds : pair of floats or "fixed"
+        Boxes of the hyperparameters, as for :class:`StudentTProcessRegressor` (same
+        defaults). A ``ConvergenceWarning`` names any that ends on its bound.
     depth, activation, weight_variance, bias_variance, alpha, prior, prior_shape, \
 prior_scale, burr_c, burr_d, inference, n_samples, optimizer, n_restarts_optimizer, max_iter, \
 tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
@@ -655,6 +713,14 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
     classes_ : ndarray of shape (n_classes,)
     regressor_ : StudentTProcessRegressor
         The fitted one-hot regressor.
+    alpha_evidence_ : float
+        The noise ratio that maximised the evidence (before the leave-one-out choice).
+    loo_log_loss_ : float or None
+        Mean leave-one-out class log loss at the chosen ``alpha`` and ``label_noise_``
+        (``None`` with ``alpha_selection="evidence"``).
+    label_noise_ : float
+        Weight of the uniform distribution mixed into ``predict_proba`` (0 with
+        ``alpha_selection="evidence"``).
     n_iter_ : int
     converged_ : bool
     device_ : torch.device
@@ -676,15 +742,25 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                     "prior", "prior_shape", "prior_scale", "burr_c", "burr_d", "inference",
                     "n_samples", "optimizer", "n_restarts_optimizer", "max_iter", "tol",
                     "subset_size", "refine_iter", "batch_size", "device", "dtype",
-                    "random_state", "verbose")},
+                    "random_state", "verbose", "ard", "weight_variance_bounds",
+                    "bias_variance_bounds", "alpha_bounds", "prior_shape_bounds",
+                    "prior_scale_bounds")},
         "target_coding": [StrOptions({"onehot", "centered"})],
         "n_quadrature": [Interval(numbers.Integral, 2, None, closed="left")],
+        "alpha_selection": [StrOptions({"loo", "evidence"})],
     }
+
+    #: Parameters that are the classifier's own (not passed to the regressor).
+    _own = ("target_coding", "n_quadrature", "alpha_selection")
 
     def __init__(self, *, depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1,
                  alpha=1e-2, prior="invgamma", prior_shape=2.0, prior_scale=2.0, burr_c=2.0,
                  burr_d=1.0, inference="auto", n_samples=1000, target_coding="onehot",
-                 n_quadrature=32, optimizer="lbfgs", n_restarts_optimizer=0, max_iter=100,
+                 n_quadrature=32, alpha_selection="loo", ard=False,
+                 weight_variance_bounds=(1e-2, 1e2),
+                 bias_variance_bounds=(1e-5, 1e1), alpha_bounds=(1e-6, 1e1),
+                 prior_shape_bounds="fixed", prior_scale_bounds=(1e-3, 1e4),
+                 optimizer="lbfgs", n_restarts_optimizer=0, max_iter=100,
                  tol=1e-6, subset_size=500, refine_iter=10, batch_size=None, device="auto",
                  dtype="float64", random_state=None, verbose=0):
         self.depth = depth
@@ -701,6 +777,13 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         self.n_samples = n_samples
         self.target_coding = target_coding
         self.n_quadrature = n_quadrature
+        self.alpha_selection = alpha_selection
+        self.ard = ard
+        self.weight_variance_bounds = weight_variance_bounds
+        self.bias_variance_bounds = bias_variance_bounds
+        self.alpha_bounds = alpha_bounds
+        self.prior_shape_bounds = prior_shape_bounds
+        self.prior_scale_bounds = prior_scale_bounds
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.max_iter = max_iter
@@ -738,12 +821,89 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         if self.target_coding == "centered":
             Y -= 0.1
         params = {k: getattr(self, k) for k in self._parameter_constraints
-                  if k not in ("target_coding", "n_quadrature")}
-        self.regressor_ = StudentTProcessRegressor(normalize_y=False, **params).fit(X, Y)
+                  if k not in self._own}
+        reg = StudentTProcessRegressor(normalize_y=False, **params).fit(X, Y)
+        self.alpha_evidence_ = reg.hyperparameters_["alpha"]
+        self.loo_log_loss_, self.label_noise_ = None, 0.0
+        if self.alpha_selection == "loo" and self.optimizer is not None \
+                and not isinstance(self.alpha_bounds, str):
+            alpha, self.loo_log_loss_, eps = self._loo_alpha(
+                reg, np.searchsorted(self.classes_, y))
+            self.label_noise_ = eps
+            if alpha != self.alpha_evidence_:
+                reg._set_alpha(alpha)
+        self.regressor_ = reg
+        self._warn_at_bounds(reg)
         self.device_ = self.regressor_.device_
         self.n_iter_ = self.regressor_.n_iter_
         self.converged_ = self.regressor_.converged_
         return self
+
+    #: Grid points per decade of ``alpha`` for the leave-one-out choice, and the number of
+    #: Gauss-Hermite and scale nodes used to score it.
+    _loo_per_decade, _loo_nodes = 4, 8
+
+    def _loo_alpha(self, reg, yi):
+        """The noise ratio of smallest leave-one-out log loss over a grid in ``alpha_bounds``.
+
+        With ``K_a = K + a I = U diag(e + a) U^T``, the predictive of the one-hot row ``i``
+        given the others is ``N(y_i - [K_a^-1 Y]_i / [K_a^-1]_ii, s / [K_a^-1]_ii)`` for
+        every output, mixed over the posterior of ``s`` at ``a``: one eigendecomposition
+        serves the whole grid. Returns ``(alpha, mean LOO log loss)``.
+        """
+        eng, theta = reg._engine, reg._theta
+        lo, hi = self.alpha_bounds
+        n_grid = max(2, int(round(self._loo_per_decade * math.log10(hi / lo))) + 1)
+        grid = np.unique(np.append(np.geomspace(lo, hi, n_grid), reg.hyperparameters_["alpha"]))
+        p = _unpack(theta)
+        with torch.no_grad():
+            K = eng.kernel(p, eng.X)
+            e, U = torch.linalg.eigh(K)
+            e = e.clamp_min(0.0)
+            UtY, U2 = U.T @ eng.Y, U * U
+            N = eng.n * eng.C
+            rows = np.arange(eng.n)
+            eps_grid = np.array([0.0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.2])
+            best = (math.inf, None, 0.0)
+            for a in grid:
+                d = 1.0 / (e + a)
+                diag_inv = U2 @ d
+                dual = U @ (UtY * d[:, None])
+                q, logdet = (eng.Y * dual).sum(), torch.log(e + a).sum()
+                mu = to_numpy(eng.Y - dual / diag_inv[:, None])
+                V = to_numpy(1.0 / diag_inv)
+                mix = reg._prior_obj.posterior(q, logdet, N, eng.C, p["prior_shape"],
+                                               p["prior_scale"])
+                P = to_numpy(_argmax_proba(mu, V, mix.quantile_nodes(self._loo_nodes),
+                                           self._loo_nodes, reg.device_, reg._dtype))
+                P = P / np.maximum(P.sum(axis=1, keepdims=True), 1e-300)
+                pt = P[rows, yi][:, None] * (1 - eps_grid) + eps_grid / eng.C
+                losses = -np.mean(np.log(np.maximum(pt, 1e-9)), axis=0)
+                j = int(np.argmin(losses))
+                if np.isfinite(losses[j]) and losses[j] < best[0]:
+                    best = (float(losses[j]), float(a), float(eps_grid[j]))
+        if best[1] is None:
+            return reg.hyperparameters_["alpha"], None, 0.0
+        return best[1], best[0], best[2]
+
+    def _warn_at_bounds(self, reg):
+        """ConvergenceWarning naming the hyperparameters that ended on a bound."""
+        if self.optimizer is None:
+            return
+        hit = []
+        for name in HYPERPARAMETERS:
+            bounds = getattr(self, f"{name}_bounds")
+            if isinstance(bounds, str):
+                continue
+            value = reg.hyperparameters_[name]
+            for side, b in zip(("lower", "upper"), bounds):
+                if abs(math.log(value / b)) < 1e-3:
+                    hit.append(f"{name}={value:.3g} ({side} bound)")
+        if hit:
+            warnings.warn(
+                f"{type(self).__name__}: hyperparameters ended on a bound: {', '.join(hit)}. "
+                "The probabilities may be over- or under-confident; widen the *_bounds.",
+                ConvergenceWarning, stacklevel=3)
 
     def predict_margin(self, X):
         """Posterior mean of the one-hot outputs (binary: class-1 minus class-0 margin).
@@ -821,26 +981,13 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                 f"{type(self).__name__}: the predictive at X is not finite (X may lie far "
                 "outside the training range); rescale X.")
         nodes = reg._mixing().quantile_nodes(self.n_quadrature)
-        z, wz = hermegauss(self.n_quadrature)
-        wz = wz / wz.sum()
-        dev, dt = reg.device_, reg._dtype
-        mu_t, z_t, wz_t = (as_tensor(a, dev, dt) for a in (mu, z, wz))
-        sig = as_tensor(np.sqrt(np.maximum(V, 1e-300))[:, None] * np.sqrt(nodes)[None, :],
-                        dev, dt)  # m x K
-        C = mu.shape[1]
-        out = []
-        for sl in iter_slices(mu.shape[0], max(1, 2**22 // (C * C * z.size * nodes.size))):
-            diff = (mu_t[sl, :, None] - mu_t[sl, None, :])  # b x C x C: mu_c - mu_j
-            arg = diff[..., None, None] / sig[sl, None, None, :, None] + z_t  # b C C K H
-            logcdf = torch.special.log_ndtr(arg)
-            eye = torch.eye(C, dtype=torch.bool, device=dev)[None, :, :, None, None]
-            logp = logcdf.masked_fill(eye, 0.0).sum(dim=2)  # b x C x K x H
-            p = (logp.exp() * wz_t).sum(-1).mean(-1)  # b x C
-            out.append(p)
-        P = to_numpy(torch.cat(out)) if out else np.zeros((0, C))
+        P = to_numpy(_argmax_proba(mu, V, nodes, self.n_quadrature, reg.device_, reg._dtype))
         if not np.all(np.isfinite(P)):
             raise ValueError(f"{type(self).__name__}: the class probabilities at X are not "
                              "finite (X may lie far outside the training range); rescale X.")
+        P = P / np.maximum(P.sum(axis=1, keepdims=True), 1e-300)
+        eps = self.label_noise_
+        P = (1 - eps) * P + eps / P.shape[1]
         P = np.maximum(P, 1e-9)
         return P / P.sum(axis=1, keepdims=True), mu
 
