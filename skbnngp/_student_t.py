@@ -361,7 +361,7 @@ prior_scale_bounds : pair of floats or "fixed"
             raise ValueError(
                 f"inference='exact' needs prior='invgamma' or 'gaussian', got prior={kind!r}; "
                 "use inference='snis' or 'quadrature'.")
-        get_activation(self.activation)  # validates a callable or a name
+        self._activation = get_activation(self.activation)
         bounds = [check_bounds(name, getattr(self, f"{name}_bounds"), getattr(self, name),
                                enforce=self.optimizer is not None) for name in HYPERPARAMETERS]
         bounds.append(check_bounds("relevance", self.relevance_bounds, 1.0, enforce=False))
@@ -411,10 +411,6 @@ prior_scale_bounds : pair of floats or "fixed"
         self.depth_, self.activation_, self.ard_ = self.depth, self.activation, self.ard
         self.alpha_mode_, self.predictive_ = self.alpha_mode, self.predictive
         self._X_offset, self._X_scale = input_scaling(X, "standard", self.normalize_X)
-        # the configuration the model was fitted with: predict and a rebuilt cache read these,
-        # never the constructor parameters (which set_params may change without a refit)
-        self.depth_, self.activation_, self.ard_ = self.depth, self.activation, self.ard
-        self.alpha_mode_ = self.alpha_mode
 
         Xt = as_tensor(self._standardise_X(X), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
@@ -482,7 +478,7 @@ prior_scale_bounds : pair of floats or "fixed"
                        context=type(self).__name__)
 
     def _factorise(self):
-        """Final factorisation on the training set (the NTK pieces come lazily, _ntk_cache)."""
+        """Final factorisation on the training set (and the NTK pieces for Thm 3.3)."""
         eng, theta = self._engine, self._theta
         f = eng.state(theta, warn=True, context=f"{type(self).__name__}: training kernel")
         cache = {"factor": f, "p": _unpack(theta)}
@@ -492,15 +488,7 @@ prior_scale_bounds : pair of floats or "fixed"
                 T = T.clone()
                 T.diagonal().add_(f["noise"])
                 LT, _ = stable_cholesky(T, context=f"{type(self).__name__}: training NTK")
-                AT = cho_solve(LT, eng.Y)
-            cache.update(K=K, LT=LT, AT=AT)  # published whole, after everything is computed
-        return cache
-
-    def _get_cache(self):
-        # the dtype is the fitted one (``_dtype``), never a dtype set since ``fit``
-        cache = self.__dict__.get("_cache")
-        if cache is None:
-            cache = self._cache = self._build_cache()
+            cache.update(K=K, LT=LT, AT=cho_solve(LT, eng.Y))
         return cache
 
     def _get_cache(self):
@@ -556,8 +544,6 @@ prior_scale_bounds : pair of floats or "fixed"
             mean, V = gp_predict(eng.kernel, p, f, Xq, full_cov=full_cov, noise=lam,
                                  batch_size=self.batch_size)
             return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
-
-        self._ntk_cache(cache)
 
         def block(Xb, cov):  # Thm 3.3: mean and Theta' from the NTK
             with torch.no_grad():
