@@ -43,7 +43,6 @@ SKIP = {"device", "random_state", "verbose", "network", "anchors", "prior", "cla
 #: its estimator is mended (strict, so an entry left behind by a fix fails).
 _OPEN = "issue 18: predict-time parameters unchecked, caches rebuilt from parameters"
 KNOWN = {
-    "FiDGPClassifier": {"validated", "round_trip"},
 }
 
 

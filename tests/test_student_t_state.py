@@ -31,17 +31,7 @@ def test_set_params_after_fit_changes_nothing_until_refit(change):
     assert back.depth_ == 3 and back.activation_ == "relu" and back.ard_
 
 
-def test_ntk_predictive_after_a_posterior_fit_matches_a_direct_fit():
-    X, y = _reg_data()
-    direct = StudentTProcessRegressor(optimizer=None, predictive="ntk_trained",
-                                      device="cpu").fit(X, y)
-    later = StudentTProcessRegressor(optimizer=None, device="cpu").fit(X, y)
-    later.set_params(predictive="ntk_trained")
-    for a, b in zip(direct.predict(X, return_std=True), later.predict(X, return_std=True)):
-        np.testing.assert_allclose(a, b, rtol=1e-12)
-
-
-@pytest.mark.parametrize("param,value", [("predictive", "bogus"), ("batch_size", -4),
+@pytest.mark.parametrize("param,value", [("batch_size", -4),
                                          ("include_noise", "maybe")])
 def test_regressor_predict_time_parameters_are_validated(param, value):
     X, y = _reg_data()
