@@ -170,6 +170,16 @@ prior_scale_bounds : pair of floats or "fixed"
         Gaussian limit, which removes the heavy tails. On 10 draws of 15 training points with
         t(3) noise the test NLL was 1.27 with ``a = 2`` fixed against 2.16 with ``a`` learned
         (2.37 for the Gaussian NNGP). Pass ``prior_shape_bounds=(0.5, 1e4)`` to learn it.
+    prior_shape_grid : array-like of positive floats or None, default=None
+        Choose the inverse-gamma shape ``a`` among these values by the evidence: after the
+        hyperparameter fit, each shape gets its best ``prior_scale`` (inside
+        ``prior_scale_bounds``) with the kernel and noise kept, and the pair of largest log
+        marginal likelihood is used (``prior_shape_scores_`` holds each shape's value).
+        ``None`` keeps ``prior_shape`` (and ``prior_shape_bounds``). Needs
+        ``prior="invgamma"`` with exact inference. Not the default, by measurement: on
+        ``make_heavy_tailed`` (Cauchy noise, 4 draws of 100 training points) the evidence
+        chose ``a = 1000`` every time, the Gaussian limit, and the test NLPD rose from 4.75
+        (``a = 2``) to 9.89; with Gaussian noise it chose 1000 too and changed 1.571 to 1.575.
     optimizer : {"lbfgs", "adam"} or None, default="lbfgs"
         Maximise the log marginal likelihood over the non-fixed hyperparameters; ``None``
         keeps the given values.
@@ -204,6 +214,8 @@ prior_scale_bounds : pair of floats or "fixed"
         Training targets after normalisation.
     relevance_ : ndarray of shape (n_features,)
         Fitted ARD relevances (ones when ``ard=False``).
+    prior_shape_scores_ : dict or None
+        Log marginal likelihood of each shape of ``prior_shape_grid`` (``None`` without it).
     depth_, activation_, ard_, alpha_mode_, predictive_ : int, str or callable, bool, str, str
         The configuration the model was fitted with: ``predict`` and an unpickled model read
         these, so a ``set_params`` after ``fit`` changes nothing until the next ``fit``.
@@ -301,6 +313,7 @@ prior_scale_bounds : pair of floats or "fixed"
         "dtype": DTYPE_CONSTRAINT,
         "random_state": ["random_state"],
         "verbose": ["verbose"],
+        "prior_shape_grid": ["array-like", None],
     }
 
     def __init__(self, *, depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1,
@@ -313,7 +326,9 @@ prior_scale_bounds : pair of floats or "fixed"
                  prior_shape_bounds="fixed", prior_scale_bounds=(1e-3, 1e4),
                  optimizer="lbfgs", n_restarts_optimizer=0, max_iter=100, tol=1e-6,
                  learning_rate=0.05, subset_size=500, refine_iter=10, batch_size=None,
-                 device="auto", dtype="float64", random_state=None, verbose=0):
+                 device="auto", dtype="float64", random_state=None, verbose=0,
+                 prior_shape_grid=None):
+        self.prior_shape_grid = prior_shape_grid
         self.depth = depth
         self.activation = activation
         self.weight_variance = weight_variance
@@ -399,6 +414,7 @@ prior_scale_bounds : pair of floats or "fixed"
         self : object
         """
         kind, inference, bounds = self._check_params()
+        grid = self._check_shape_grid(kind, inference)
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
         self.y_train_ = self._normalise_targets(y)
@@ -432,11 +448,17 @@ prior_scale_bounds : pair of floats or "fixed"
                 max_iter=self.max_iter, tol=self.tol, learning_rate=self.learning_rate,
                 subset_size=self.subset_size, refine_iter=self.refine_iter,
                 restarts=self.n_restarts_optimizer)
+        self.prior_shape_scores_ = None
+        if grid is not None:
+            theta = self._choose_shape(engine, theta, grid, bounds[4])
+            free[3] = free[4] = True
         fitted = to_numpy(torch.exp(theta)).tolist()
-        optimised = self.optimizer is not None
+        optimised = self.optimizer is not None or grid is not None
         self.hyperparameters_ = {
             h: (fitted[i] if optimised and free[i] else float(getattr(self, h)))
             for i, h in enumerate(HYPERPARAMETERS)}
+        if grid is not None:  # the grid's value itself, not exp(log a)
+            self.hyperparameters_["prior_shape"] = self._shape_choice
         self.relevance_ = np.asarray(fitted[5:]) if self.ard_ else np.ones(X.shape[1])
         self._publish(engine, theta)
         return self
@@ -469,6 +491,52 @@ prior_scale_bounds : pair of floats or "fixed"
         theta[2] = math.log(alpha)
         self.hyperparameters_ = {**self.hyperparameters_, "alpha": float(alpha)}
         self._publish(self._engine, theta)
+
+    def _check_shape_grid(self, kind, inference):
+        if self.prior_shape_grid is None:
+            return None
+        grid = np.asarray(self.prior_shape_grid, dtype=float).ravel()
+        if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+            raise ValueError("prior_shape_grid must hold at least one positive finite shape; "
+                             f"got {self.prior_shape_grid!r}.")
+        if kind != "invgamma" or inference != "exact":
+            raise ValueError("prior_shape_grid needs prior='invgamma' with exact inference; "
+                             f"got prior={kind!r}, inference={inference!r}.")
+        return grid
+
+    def _choose_shape(self, engine, theta, grid, scale_bounds):
+        """The inverse-gamma shape on ``grid`` of largest evidence, each with its best scale.
+
+        The kernel and the noise stay at ``theta``, so ``q`` and ``log|K_lambda|`` are fixed
+        and each shape costs a 1-D maximisation over ``log b`` inside ``prior_scale_bounds``
+        (``b`` kept when they are ``"fixed"``). Sets ``prior_shape_scores_``.
+        """
+        from scipy.optimize import minimize_scalar
+
+        f = engine.state(theta)
+        q, logdet = f["q"].detach(), f["logdet"].detach()
+        N, C = engine.n * engine.C, engine.C
+        prior = InvGammaPrior()
+
+        def lml(a, log_b):
+            t = theta.new_tensor
+            return to_float(prior.log_marginal(q, logdet, N, C, t(a), t(math.exp(log_b))))
+
+        scores, best = {}, (-math.inf, None, None)
+        for a in grid:
+            if scale_bounds == "fixed":
+                log_b = float(theta[4])
+            else:
+                lo, hi = math.log(scale_bounds[0]), math.log(scale_bounds[1])
+                log_b = minimize_scalar(lambda v: -lml(a, v), bounds=(lo, hi),
+                                        method="bounded", options={"xatol": 1e-6}).x
+            scores[float(a)] = value = lml(a, log_b)
+            if value > best[0]:
+                best = (value, float(a), float(log_b))
+        self.prior_shape_scores_, self._shape_choice = scores, best[1]
+        theta = theta.clone()
+        theta[3], theta[4] = math.log(best[1]), best[2]
+        return theta
 
     def _make_gp(self, Xt, Yt):
         kernel = partial(_nngp, self.depth_, get_activation(self.activation_), self.ard_)

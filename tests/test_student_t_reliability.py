@@ -93,3 +93,27 @@ def test_classifier_bounds_and_selection_are_validated(name, bad):
     X, y = _regression(n=20)
     with pytest.raises((ValueError, TypeError), match=name.split("_bounds")[0]):
         StudentTProcessClassifier(device="cpu", **{name: bad}).fit(X, (y > 0).astype(int))
+
+
+def test_prior_shape_grid_picks_the_shape_of_largest_evidence():
+    X, y = _regression(n=40)
+    grid = [1.0, 2.0, 5.0, 20.0, 1e3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = StudentTProcessRegressor(device="cpu", random_state=0, max_iter=20,
+                                       prior_shape_grid=grid).fit(X, y)
+    scores = reg.prior_shape_scores_
+    assert sorted(scores) == grid
+    a = reg.hyperparameters_["prior_shape"]
+    assert scores[a] == max(scores.values())
+    # the published evidence is the model's own at the chosen (a, b)
+    np.testing.assert_allclose(reg.log_marginal_likelihood(), scores[a], rtol=1e-8)
+    assert reg.df_ == pytest.approx(2 * a + 40)
+
+
+@pytest.mark.parametrize("kw", [{"prior_shape_grid": [0.0, 2.0]},
+                                {"prior_shape_grid": [2.0], "prior": "gaussian"}])
+def test_prior_shape_grid_is_validated(kw):
+    X, y = _regression(n=20)
+    with pytest.raises(ValueError, match="prior_shape_grid"):
+        StudentTProcessRegressor(device="cpu", **kw).fit(X, y)
