@@ -76,6 +76,7 @@ from _harness import (  # noqa: E402
     run_fit,
     train_early_stopping,
     versions,
+    warning_counts,
     write_results,
 )
 
@@ -459,12 +460,7 @@ def summarise(records, models, sets):
         out[section] = {"sets": sec_sets, "mean": means, "std": stds, "n": counts,
                         "errors": errors,
                         "models": [m for m in models if m in table or m in errors]}
-    warnings_ = {}
-    for r in records:
-        for w, n in r["warnings"].items():
-            per = warnings_.setdefault(r["model"], {}).setdefault(w, {})
-            per[r["set"]] = per.get(r["set"], 0) + n
-    out["warnings"] = warnings_
+    out["warnings"] = warning_counts(records)
     return out
 
 
@@ -499,7 +495,8 @@ def markdown(result):
            + (" (quick profile: 2 folds, real sets cut to 200 rows; not the reference run)"
               if result["quick"] else "")
            + f". {result['machine']}; jobs={result['jobs']}, one thread per fit. "
-           f"Wall time {result['wall_s'] / 60:.1f} min. Versions: "
+           + (f"Wall time {result['wall_s'] / 60:.1f} min. " if result["wall_s"] is not None
+              else "") + "Versions: "
            + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".", "",
            "Every model is `Pipeline([StandardScaler(), model])` with its defaults "
            "(`device='cpu'`, `random_state=0`); scores are in the units of y. Model details "
@@ -651,7 +648,8 @@ def main(argv=None):
         args.partial_note = f"{missing} of {len(tasks)} fits not run yet."
     result = {"commit": git_commit(), "machine": machine(), "versions": versions(),
               "quick": args.quick, "jobs": args.jobs, "folds": 2 if args.quick else 5,
-              "concrete_splits": 2 if args.quick else 20, "wall_s": wall,
+              "concrete_splits": 2 if args.quick else 20, 
+              "wall_s": None if args.report_only else wall,
               "sets": args.sets, "models": args.models, "sections": args.sections,
               "partial": args.partial_note, "notes": notes,
               "summary": summarise(records, args.models, args.sets), "records": records}
