@@ -152,6 +152,20 @@ def run_all(tasks, fn, jobs, records_path=None, label="", run=True):
     return records
 
 
+def warning_counts(records):
+    """``{model: {warning: {set: count}}}``, with sklearn's per-dimension bound warnings
+    ("dimension 3 of parameter ...") merged into one line."""
+    import re
+
+    out = {}
+    for r in records:
+        for w, n in r["warnings"].items():
+            w = re.sub(r"dimension \d+", "dimension k", w)
+            per = out.setdefault(r["model"], {}).setdefault(w, {})
+            per[r["set"]] = per.get(r["set"], 0) + n
+    return out
+
+
 def write_results(stem, result, markdown_text):
     stem = str(stem)
     Path(stem).parent.mkdir(parents=True, exist_ok=True)

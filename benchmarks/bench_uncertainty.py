@@ -74,8 +74,10 @@ from _harness import (  # noqa: E402
     mlp,
     run_all,
     run_fit,
+    task_id,
     train_early_stopping,
     versions,
+    warning_counts,
     write_results,
 )
 
@@ -459,12 +461,7 @@ def summarise(records, models, sets):
         out[section] = {"sets": sec_sets, "mean": means, "std": stds, "n": counts,
                         "errors": errors,
                         "models": [m for m in models if m in table or m in errors]}
-    warnings_ = {}
-    for r in records:
-        for w, n in r["warnings"].items():
-            per = warnings_.setdefault(r["model"], {}).setdefault(w, {})
-            per[r["set"]] = per.get(r["set"], 0) + n
-    out["warnings"] = warnings_
+    out["warnings"] = warning_counts(records)
     return out
 
 
@@ -499,7 +496,8 @@ def markdown(result):
            + (" (quick profile: 2 folds, real sets cut to 200 rows; not the reference run)"
               if result["quick"] else "")
            + f". {result['machine']}; jobs={result['jobs']}, one thread per fit. "
-           f"Wall time {result['wall_s'] / 60:.1f} min. Versions: "
+           + (f"Wall time {result['wall_s'] / 60:.1f} min. " if result["wall_s"] is not None
+              else "") + "Versions: "
            + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".", "",
            "Every model is `Pipeline([StandardScaler(), model])` with its defaults "
            "(`device='cpu'`, `random_state=0`); scores are in the units of y. Model details "
@@ -647,11 +645,21 @@ def main(argv=None):
     records = run_all(tasks, run_task, args.jobs, args.records, run=not args.report_only)
     wall = time.perf_counter() - start
     missing = len(tasks) - len(records)
-    if missing and not args.partial_note:
-        args.partial_note = f"{missing} of {len(tasks)} fits not run yet."
+    if missing:  # report only (section, set) groups with every fit done
+        have = {r["task_id"] for r in records}
+        groups = {}
+        for t in tasks:
+            groups.setdefault((t[0]["section"], t[0]["set"]), []).append(task_id(t[0]))
+        whole = {g for g, ids in groups.items() if all(i in have for i in ids)}
+        dropped = sorted(f"{sec} {st}" for sec, st in set(groups) - whole)
+        records = [r for r in records if (r["section"], r["set"]) in whole]
+        args.partial_note = " ".join(filter(None, [
+            f"{missing} of {len(tasks)} fits not run yet; not reported (incomplete): "
+            + ", ".join(dropped) + ".", args.partial_note]))
     result = {"commit": git_commit(), "machine": machine(), "versions": versions(),
               "quick": args.quick, "jobs": args.jobs, "folds": 2 if args.quick else 5,
-              "concrete_splits": 2 if args.quick else 20, "wall_s": wall,
+              "concrete_splits": 2 if args.quick else 20, 
+              "wall_s": None if args.report_only else wall,
               "sets": args.sets, "models": args.models, "sections": args.sections,
               "partial": args.partial_note, "notes": notes,
               "summary": summarise(records, args.models, args.sets), "records": records}
