@@ -179,12 +179,13 @@ EVIDENCE_RUNS = [("smooth", "kfold", 1), ("step", "kfold", 2), ("heteroscedastic
                  ("cpu_performance", "extrap", 1), ("cpu_performance", "kfold", 2)]
 
 
-def __score(y, mean, std):
+def _score(y, mean, std):
     z = (y - mean) / std
     return dict(nlpd=float(np.mean(0.5*np.log(2*np.pi*std**2) + 0.5*z**2)),
                 cov95=float(np.mean(np.abs(z) < 1.959964)), rmse=float(np.sqrt(np.mean((y-mean)**2))))
 
 def _laplace_ll(reg, X, y, Xt, yt, noise):
+    import torch
     from laplace import Laplace
     net = reg.network_
     xs = lambda A: torch.as_tensor((A - reg._x_offset) / reg._x_scale)
@@ -199,6 +200,8 @@ def _laplace_ll(reg, X, y, Xt, yt, noise):
     return f_mu.numpy()[:, 0]*sd + reg._y_train_mean[0], np.sqrt(f_var.numpy().reshape(-1) + noise)*sd
 
 def evidence_run(X, y, tr, te, max_iter, refits=(False, True)):
+    from skbnngp import RichBLLRegressor
+
     out = {}
     for refit in refits:
         t0 = time.perf_counter()

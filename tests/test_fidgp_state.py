@@ -3,7 +3,6 @@ validated (issue 18, items 3 and 4)."""
 
 import pickle
 
-import numpy as np
 import pytest
 from sklearn.datasets import load_iris
 

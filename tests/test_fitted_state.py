@@ -13,7 +13,6 @@ inference mode, discovered automatically.
 """
 
 import pickle
-import warnings
 from contextlib import contextmanager
 
 import numpy as np

@@ -5,7 +5,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 from scipy.stats import multivariate_normal
 
 from skbnngp import RichBLLRegressor

@@ -12,7 +12,6 @@ from importlib import import_module
 import pytest
 
 from skbnngp import (
-    DBKRegressor,
     FiDGPClassifier,
     MixedActivationGPRegressor,
     RichBLLRegressor,
