@@ -232,11 +232,13 @@ class TorchEstimatorMixin:
         return self.device_, self._dtype
 
     def _get_cache(self):
+        # Rebuilt from fitted attributes only (device_ and the fitted _dtype), never from a
+        # parameter that set_params may have changed since fit (issue 18 item 3).
         cache = self.__dict__.get("_cache")
         if cache is None:
-            self._dtype = resolve_dtype(self.dtype)
-            cache = self._build_cache()
-            self._cache = cache
+            if "_dtype" not in self.__dict__:  # a model pickled before _dtype was saved
+                self._dtype = resolve_dtype(self.dtype)
+            cache = self._cache = self._build_cache()
         return cache
 
     def _build_cache(self):  # pragma: no cover - overridden

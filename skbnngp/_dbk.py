@@ -739,13 +739,6 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                        "post": BLRPosterior(post.mean.detach(), post.factor.detach()),
                        "s2": s2, "M": torch.as_tensor(M).detach(), "stream": stream}
 
-    def _get_cache(self):
-        # the cache is rebuilt from fitted attributes only (the dtype included)
-        cache = self.__dict__.get("_cache")
-        if cache is None:
-            cache = self._cache = self._build_cache()
-        return cache
-
     def _build_cache(self):
         dev, dt = self.device_, self._dtype
         net = self.network_.to(device=dev, dtype=dt).eval()

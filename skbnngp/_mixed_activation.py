@@ -555,14 +555,6 @@ default=("tanh", "leaky_relu")
         # skops-saved model predicts bit for bit as the fitted one
         self._cache = self._build_cache()
 
-    def _get_cache(self):
-        # rebuilt from fitted attributes only (device_, _dtype), never from a parameter that
-        # set_params may have changed since fit
-        cache = self.__dict__.get("_cache")
-        if cache is None:
-            cache = self._cache = self._build_cache()
-        return cache
-
     def _build_cache(self):
         # after unpickling: tensors on device_ from the NumPy fitted state
         dev, dt = self.device_, self._dtype

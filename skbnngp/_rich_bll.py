@@ -560,14 +560,6 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         self.variance_factor_ = to_numpy(T)
         self._cache = {"T": T, "head": head, "body": body_names}
 
-    def _get_cache(self):
-        # rebuilt from fitted attributes only (device_, _dtype), never from a parameter that
-        # set_params may have changed since fit
-        cache = self.__dict__.get("_cache")
-        if cache is None:
-            cache = self._cache = self._build_cache()
-        return cache
-
     def _build_cache(self):
         dev = self.device_
         self.network_ = self.network_.to(device=dev, dtype=self._dtype).eval()

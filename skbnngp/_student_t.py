@@ -559,14 +559,6 @@ prior_scale_bounds : pair of floats or "fixed"
             cache.update(K=K, LT=LT, AT=cho_solve(LT, eng.Y))
         return cache
 
-    def _get_cache(self):
-        # rebuilt from fitted attributes only (device_, _dtype included), never from a
-        # parameter that set_params may have changed since fit
-        cache = self.__dict__.get("_cache")
-        if cache is None:
-            cache = self._cache = self._build_cache()
-        return cache
-
     def _build_cache(self):
         # after unpickling: rebuild the engine and the factorisation on device_ from the
         # fitted configuration (depth_, activation_, ard_, alpha_mode_, predictive_)

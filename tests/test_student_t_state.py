@@ -15,9 +15,9 @@ def _reg_data():
     return X, np.sin(X[:, 0]) + 0.1 * rng.normal(size=30)
 
 
-@pytest.mark.parametrize("change", [dict(depth=1), dict(activation="erf"), dict(ard=False),
-                                    dict(alpha_mode="relative"), dict(dtype="float32"),
-                                    dict(prior_shape=50.0)])
+@pytest.mark.parametrize("change", [{"depth": 1}, {"activation": "erf"}, {"ard": False},
+                                    {"alpha_mode": "relative"}, {"dtype": "float32"},
+                                    {"prior_shape": 50.0}])
 def test_set_params_after_fit_changes_nothing_until_refit(change):
     X, y = _reg_data()
     reg = StudentTProcessRegressor(max_iter=5, device="cpu", random_state=0).fit(X, y)
