@@ -423,6 +423,13 @@ def _compare(args, argv, out, err):
         plan = _plan_budget(pipes, data, folds, n_jobs, args.time_budget, args.threads,
                             args.random_state, device=device,
                             first=[n for n in names if candidates[n][0] == "skbnngp"])
+        if not args.quiet:
+            n_train = min(len(f[0]) for f in folds)
+            err.write("plan: " + "; ".join(
+                f"{name} {'every row' if rows is None else f'{rows} of {n_train} rows'}"
+                + ("" if full is None else f" (est. {full:.0f} s a fold at full size)")
+                for name, (rows, full) in plan.items())
+                + f"; pilots took {time.perf_counter() - start:.0f} s\n")
         for name, (rows, full) in plan.items():
             if rows is not None:
                 data.notes.append(
