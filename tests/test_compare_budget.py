@@ -174,3 +174,16 @@ def test_plan_budget_on_fake_estimators_keeps_fidgp_and_student_t_whole():
     # its floor (10 per class): 600 - 5 * 1.25 * (65 + 9) s leaves 137 s, less than its
     # folds take at the floor (250 s); the package's models are not cut to make room
     assert rows == 100
+
+
+def test_plan_budget_deducts_the_pilots_own_seconds():
+    """The pilots take 84 fake seconds (x 1.25 contention = 105): at a 260 s budget the
+    520 - 105 = 415 s left no longer hold FiD-GP's and the Student-t's 464 s."""
+    rng = np.random.RandomState(0)
+    X, y = rng.normal(size=(1797, 4)), np.arange(1797) % 10
+    folds = list(StratifiedKFold(5, shuffle=True, random_state=0).split(X, y))
+    data = SimpleNamespace(X=X, y=y, task="classification")
+    pipes = {name: _Fake(name) for name in ("fidgp", "stp", "gpc")}
+    plan = compare_run._plan_budget(pipes, data, folds, n_jobs=2, budget=260.0, threads=1,
+                                    seed=0, clock=CLOCK, pilot_jobs=1, first=["fidgp", "stp"])
+    assert plan["stp"][0] is None and 100 <= plan["fidgp"][0] < 1437

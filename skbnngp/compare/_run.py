@@ -106,12 +106,13 @@ PILOT_FRACTION = 0.25
 
 
 def _pilot_curve(pipe, X, y, order, sizes, threads, clock, limit):
-    """The cost curve of one model from pilot fits on ``order[:n]`` for ``n`` in ``sizes``;
-    None when no pilot succeeded."""
+    """The cost curve of one model from pilot fits on ``order[:n]`` for ``n`` in ``sizes``
+    (None when no pilot succeeded), and the seconds the pilots took by ``clock``."""
     from ._budget import measure
 
-    return measure(lambda n: _pilot_time(pipe, X, y, order[:n], threads, clock), sizes,
-                   limit=limit)[0]
+    curve, timings = measure(lambda n: _pilot_time(pipe, X, y, order[:n], threads, clock),
+                             sizes, limit=limit)
+    return curve, sum(t for _, t in timings)
 
 
 def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed, device="cpu", clock=None,
@@ -125,8 +126,8 @@ def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed, device="cpu"
     ``pilot_jobs`` (default ``n_jobs``) models at a time. The cost curve read from them
     (:func:`._budget.cost_curve`: the fixed start-up cost apart, the exponent read only past
     the flat region), times :data:`CONTENTION` when fits run in parallel, predicts a full
-    fold's fit. What the pilots took (wall clock) is deducted from the budget (at most 3/4
-    of it); the rest, times ``n_jobs``, is shared out by :func:`._budget.plan_rows`: the
+    fold's fit. What the pilots took (by the same clock) is deducted from ``budget`` times
+    ``n_jobs`` (at most 3/4 of it); the rest is shared out by :func:`._budget.plan_rows`: the
     models in ``first`` (the package's) are kept whole first, cheapest first, and the others
     share what is left, never below 50 rows (and 10 per class for a classifier). Returns
     ``{name: (rows or None, estimated seconds per fold at full size)}``; None keeps every row.
@@ -137,7 +138,6 @@ def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed, device="cpu"
 
     if clock is None:
         clock = time.process_time if str(device).startswith("cpu") else time.perf_counter
-    start = time.perf_counter()
     n_train = min(len(train) for train, _ in folds)
     rng = np.random.RandomState(seed)
     slow = CONTENTION if n_jobs > 1 else 1.0
@@ -163,11 +163,14 @@ def _plan_budget(pipes, data, folds, n_jobs, budget, threads, seed, device="cpu"
     found = Parallel(n_jobs=jobs)(
         delayed(_pilot_curve)(pipe, data.X, data.y, orders[name], sizes, threads, clock, limit)
         for name, pipe in pipes.items())
-    for name, curve in zip(pipes, found):
+    for name, (curve, _) in zip(pipes, found):
         if curve is not None:
             curves[name] = curve.scaled(slow)
             plan[name] = (None, curves[name](n_train))
-    left = max(budget - (time.perf_counter() - start), budget / 4) * n_jobs
+    # the pilots' own seconds (CPU, as the estimates) are deducted, not the wall time they
+    # took: on a machine that other processes load, the wall time would cut every model
+    spent = sum(took for _, took in found) * slow
+    left = max(budget * n_jobs - spent, budget * n_jobs / 4)
     rows = plan_rows(curves, n_train, len(folds), left, floors=dict.fromkeys(pipes, floor),
                      first=first)
     return {name: (rows[name], plan[name][1]) for name in pipes}
@@ -423,6 +426,13 @@ def _compare(args, argv, out, err):
         plan = _plan_budget(pipes, data, folds, n_jobs, args.time_budget, args.threads,
                             args.random_state, device=device,
                             first=[n for n in names if candidates[n][0] == "skbnngp"])
+        if not args.quiet:
+            n_train = min(len(f[0]) for f in folds)
+            err.write("plan: " + "; ".join(
+                f"{name} {'every row' if rows is None else f'{rows} of {n_train} rows'}"
+                + ("" if full is None else f" (est. {full:.0f} s a fold at full size)")
+                for name, (rows, full) in plan.items())
+                + f"; pilots took {time.perf_counter() - start:.0f} s\n")
         for name, (rows, full) in plan.items():
             if rows is not None:
                 data.notes.append(
