@@ -153,6 +153,66 @@ def test_ctrl_c_during_the_folds_writes_an_incomplete_report_and_exits_130(tmp_p
     assert not (out_dir / "calibration.png").exists()  # the stale figure is not passed off
 
 
+_SLOW_PILOT = r"""
+import sys, time
+from skbnngp.compare import _run
+from skbnngp.cli import main
+
+def pilot_time(*args, **kwargs):
+    sys.stderr.write("pilot started\n")
+    sys.stderr.flush()
+    time.sleep(600)  # a pilot fit the user gives up on
+
+_run._pilot_time = pilot_time
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_during_the_pilot_fits_writes_an_empty_incomplete_report(tmp_path):
+    """A real SIGINT while --time-budget times its pilot fits: no fold is fitted after it,
+    exit 130 without a traceback, and the report says INCOMPLETE with every model not run."""
+    import json
+    import signal
+    import subprocess
+    import time
+
+    if sys.platform == "win32":
+        pytest.skip("SIGINT to a child process is POSIX")
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [
+                   os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   os.environ.get("PYTHONPATH")])))
+    err_path = tmp_path / "stderr.txt"
+    out_dir = tmp_path / "out"
+    with open(err_path, "w") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_PILOT, "compare", "concrete", "-e", "gpr", "stp",
+             "--folds", "2", "--n-jobs", "1", "--time-budget", "60", "-o", str(out_dir)],
+            stdout=subprocess.PIPE, stderr=err_file, text=True, env=env)
+        deadline = time.monotonic() + 60
+        try:
+            while "pilot started" not in err_path.read_text():
+                assert proc.poll() is None, err_path.read_text()
+                assert time.monotonic() < deadline, err_path.read_text()
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)
+            stdout, _ = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    err = err_path.read_text()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and stdout == ""
+    assert err.strip().splitlines()[-1].startswith(
+        "skbnngp compare: interrupted after 0 of 4 fits")
+    report = json.loads((out_dir / "report.json").read_text())
+    assert report["incomplete"]["fits_done"] == 0
+    assert report["fold_results"] == []
+    md = (out_dir / "report.md").read_text()
+    assert md.splitlines()[0].endswith("— INCOMPLETE")
+    assert "| `StudentTProcessRegressor` | not run |" in md
+
+
 def test_an_interrupted_model_with_no_finished_fold_reads_not_run():
     from skbnngp.compare._report import format_table
 

@@ -392,6 +392,32 @@ def _check_output_dir(out_dir):
                          f"{exc.strerror or exc}") from None
 
 
+def _plan_time(args, pipes, data, folds, n_jobs, device, names, candidates, err, start):
+    """Time the pilot fits and plan each model's rows (``--time-budget``); notes the
+    subsampled models in ``data.notes``."""
+    if not args.quiet:
+        err.write(f"estimating each model's fit time (budget {args.time_budget:.0f} s) ...\n")
+    plan = _plan_budget(pipes, data, folds, n_jobs, args.time_budget, args.threads,
+                        args.random_state, device=device,
+                        first=[n for n in names if candidates[n][0] == "skbnngp"])
+    if not args.quiet:
+        n_train = min(len(f[0]) for f in folds)
+        err.write("plan: " + "; ".join(
+            f"{name} {'every row' if rows is None else f'{rows} of {n_train} rows'}"
+            + ("" if full is None else f" (est. {full:.0f} s a fold at full size)")
+            for name, (rows, full) in plan.items())
+            + f"; pilots took {time.perf_counter() - start:.0f} s\n")
+    for name, (rows, full) in plan.items():
+        if rows is not None:
+            data.notes.append(
+                f"{name}: trained on a random {rows} of the ~{min(len(f[0]) for f in folds)} "
+                f"training rows of each fold, to keep within --time-budget "
+                f"{args.time_budget:.0f} s (estimated {len(folds) * full:.0f} s for all "
+                "folds at full size); its scores are for that subsample. Raise "
+                "--time-budget (or 0: no budget) to fit it on every row.")
+    return plan
+
+
 def _compare(args, argv, out, err):
     """Run ``skbnngp compare``; returns the exit status."""
     from joblib import Parallel, delayed, effective_n_jobs
@@ -420,35 +446,20 @@ def _compare(args, argv, out, err):
     n_jobs = min(effective_n_jobs(args.n_jobs), len(tasks))
     plan = {name: (None, None) for name in names}
     start = time.perf_counter()
-    if args.time_budget > 0:
-        if not args.quiet:
-            err.write(f"estimating each model's fit time (budget {args.time_budget:.0f} s) ...\n")
-        plan = _plan_budget(pipes, data, folds, n_jobs, args.time_budget, args.threads,
-                            args.random_state, device=device,
-                            first=[n for n in names if candidates[n][0] == "skbnngp"])
-        if not args.quiet:
-            n_train = min(len(f[0]) for f in folds)
-            err.write("plan: " + "; ".join(
-                f"{name} {'every row' if rows is None else f'{rows} of {n_train} rows'}"
-                + ("" if full is None else f" (est. {full:.0f} s a fold at full size)")
-                for name, (rows, full) in plan.items())
-                + f"; pilots took {time.perf_counter() - start:.0f} s\n")
-        for name, (rows, full) in plan.items():
-            if rows is not None:
-                data.notes.append(
-                    f"{name}: trained on a random {rows} of the ~{min(len(f[0]) for f in folds)} "
-                    f"training rows of each fold, to keep within --time-budget "
-                    f"{args.time_budget:.0f} s (estimated {len(folds) * full:.0f} s for all "
-                    "folds at full size); its scores are for that subsample. Raise "
-                    "--time-budget (or 0: no budget) to fit it on every row.")
-
-    bar = _Progress(len(tasks), err, enabled=not args.quiet)
-    records = []
     interrupted = False
+    try:  # Ctrl-C while timing the pilots: no fold ran, the report says so
+        if args.time_budget > 0:
+            plan = _plan_time(args, pipes, data, folds, n_jobs, device, names, candidates,
+                              err, start)
+    except KeyboardInterrupt:
+        interrupted = True
+
+    bar = _Progress(len(tasks), err, enabled=not args.quiet and not interrupted)
+    records = []
     results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
         delayed(_run_one)(name, k, pipes[name], data.X, data.y, train, test, data.task,
                           args.threads, plan[name][0], args.random_state)
-        for name, k, train, test in tasks)
+        for name, k, train, test in ([] if interrupted else tasks))
     try:
         for record in results:
             records.append(record)
