@@ -67,7 +67,14 @@ from _harness import (  # noqa: E402
 
 SETS = ("iris", "wine", "breast_cancer", "digits", "overlap", "imbalanced")
 MODELS = ("stpc", "fidgp", "lr", "gpc", "mlp", "ensemble")
+#: Ablations (``--models`` only; not in the full run): name -> (model, parameters)
+VARIANTS = {"fidgp_none": ("fidgp", {"calibration": None}),
+            "fidgp_temp": ("fidgp", {"calibration": "temperature"}),
+            "stpc_alpha10": ("stpc", {"alpha_bounds": (1e-6, 10.0)})}
 LABELS = {"stpc": "StudentTProcessClassifier", "fidgp": "FiDGPClassifier",
+          "fidgp_none": "FiD-GP, calibration=None",
+          "fidgp_temp": "FiD-GP, calibration='temperature'",
+          "stpc_alpha10": "Student-t, alpha_bounds=(1e-6, 10)",
           "lr": "LogisticRegression", "gpc": "sklearn GP classifier",
           "mlp": "MLPClassifier", "ensemble": "5-MLP ensemble"}
 METRICS = ("accuracy", "nll", "brier", "ece", "fit_s")
@@ -140,6 +147,9 @@ def make_model(name, n_features):
     model = {
         "stpc": lambda: skbnngp.StudentTProcessClassifier(**common),
         "fidgp": lambda: skbnngp.FiDGPClassifier(**common),
+        **{k: (lambda b=b, v=v: {"fidgp": skbnngp.FiDGPClassifier,
+                                 "stpc": skbnngp.StudentTProcessClassifier}[b](**common, **v))
+           for k, (b, v) in VARIANTS.items()},
         "lr": lambda: LogisticRegression(max_iter=1000),
         "gpc": lambda: (_sklearn_gpc(n_features) if n_features <= 20 else
                         GaussianProcessClassifier(ConstantKernel(1.0) * RBF(1.0))),
@@ -357,7 +367,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="2 folds on iris, wine and overlap")
     ap.add_argument("--sets", nargs="+", choices=SETS)
-    ap.add_argument("--models", nargs="+", choices=MODELS)
+    ap.add_argument("--models", nargs="+", choices=MODELS + tuple(VARIANTS))
     ap.add_argument("--jobs", type=int, default=1, help="fits run in parallel (joblib)")
     ap.add_argument("--out", help="output stem (writes OUT.md and OUT.json)")
     ap.add_argument("--records", help="JSON-lines file of fit records: reused and appended, "
