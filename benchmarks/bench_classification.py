@@ -18,6 +18,16 @@ Every model is ``Pipeline([StandardScaler(), model])``. Data: the embedded ``iri
 ``StratifiedKFold(5, shuffle=True, random_state=0)``. Metrics: accuracy, NLL (log loss),
 multi-class Brier score, top-label ECE with 15 equal-width bins, fit time.
 
+ECE is reported three ways, since the per-fold figure is biased upward on small test folds
+(iris: 30 rows per fold) even for a perfectly calibrated model:
+
+* ``ece``: mean over the folds of each test fold's ECE (the target's figure);
+* ``ece_pooled``: the ECE of the pooled out-of-fold predictions (every row once);
+* ``ece_floor`` and ``ece_pooled_floor``: the noise floor of each, the mean ECE that a
+  perfectly calibrated model with the same predicted probabilities gets when its labels are
+  drawn from those probabilities (``N_FLOOR_DRAWS`` draws; only the top-label correctness
+  matters, which is Bernoulli(confidence)).
+
 Targets (issue 20): each classifier's mean NLL over the sets no worse than the better of
 LogisticRegression and the GP classifier + 0.02, and ECE <= 0.05 on every set.
 
@@ -57,12 +67,47 @@ from _harness import (  # noqa: E402
 
 SETS = ("iris", "wine", "breast_cancer", "digits", "overlap", "imbalanced")
 MODELS = ("stpc", "fidgp", "lr", "gpc", "mlp", "ensemble")
+#: Ablations (``--models`` only; not in the full run): name -> (model, parameters)
+VARIANTS = {"fidgp_none": ("fidgp", {"calibration": None}),
+            "fidgp_temp": ("fidgp", {"calibration": "temperature"}),
+            "stpc_alpha10": ("stpc", {"alpha_bounds": (1e-6, 10.0)})}
 LABELS = {"stpc": "StudentTProcessClassifier", "fidgp": "FiDGPClassifier",
+          "fidgp_none": "FiD-GP, calibration=None",
+          "fidgp_temp": "FiD-GP, calibration='temperature'",
+          "stpc_alpha10": "Student-t, alpha_bounds=(1e-6, 10)",
           "lr": "LogisticRegression", "gpc": "sklearn GP classifier",
           "mlp": "MLPClassifier", "ensemble": "5-MLP ensemble"}
 METRICS = ("accuracy", "nll", "brier", "ece", "fit_s")
 NLL_SLACK = 0.02
 ECE_MAX = 0.05
+N_BINS = 15
+N_FLOOR_DRAWS = 200
+
+
+def ece_top_label(correct, conf, n_bins=N_BINS):
+    """Top-label ECE of one or many label draws: ``correct`` (n,) or (draws, n) in {0, 1},
+    ``conf`` (n,) the top-label confidence; 15 equal-width bins as ``metrics``' ECE."""
+    conf = np.asarray(conf, dtype=np.float64)
+    bins = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
+    onehot = (bins[:, None] == np.arange(n_bins)[None, :]).astype(np.float64)
+    gap = (np.asarray(correct, dtype=np.float64) - conf) @ onehot  # per bin: sum(acc - conf)
+    return np.abs(gap).sum(axis=-1) / conf.shape[0]
+
+
+def ece_noise_floor(proba, n_draws=N_FLOOR_DRAWS, seed=0):
+    """Mean ECE of a perfectly calibrated model with these probabilities: labels drawn from
+    each row's predictive, so the top label is right with probability equal to its
+    confidence."""
+    p = np.asarray(proba, dtype=np.float64)
+    conf = p.max(axis=1)
+    u = np.random.default_rng(seed).random((n_draws, p.shape[0]))
+    return float(np.mean(ece_top_label((u < conf).astype(np.float64), conf)))
+
+
+def ece_of(y_idx, proba):
+    """Top-label ECE of labels ``y_idx`` (column indices) under ``proba``."""
+    p = np.asarray(proba, dtype=np.float64)
+    return float(ece_top_label((p.argmax(axis=1) == y_idx).astype(np.float64), p.max(axis=1)))
 
 
 class MLPEnsembleClassifier(ClassifierMixin, BaseEstimator):
@@ -102,6 +147,9 @@ def make_model(name, n_features):
     model = {
         "stpc": lambda: skbnngp.StudentTProcessClassifier(**common),
         "fidgp": lambda: skbnngp.FiDGPClassifier(**common),
+        **{k: (lambda b=b, v=v: {"fidgp": skbnngp.FiDGPClassifier,
+                                 "stpc": skbnngp.StudentTProcessClassifier}[b](**common, **v))
+           for k, (b, v) in VARIANTS.items()},
         "lr": lambda: LogisticRegression(max_iter=1000),
         "gpc": lambda: (_sklearn_gpc(n_features) if n_features <= 20 else
                         GaussianProcessClassifier(ConstantKernel(1.0) * RBF(1.0))),
@@ -130,10 +178,33 @@ def load(name):
     return np.asarray(X, dtype=np.float64), np.asarray(y)
 
 
+class _Recording:
+    """A fitted model's stand-in that keeps the test probabilities it returned."""
+
+    def __init__(self, model, sink):
+        self.model, self.sink = model, sink
+
+    def fit(self, X, y):
+        self.model.fit(X, y)
+        self.classes_ = self.model.classes_
+        return self
+
+    def predict_proba(self, X):
+        proba = self.model.predict_proba(X)
+        self.sink["proba"] = np.asarray(proba, dtype=np.float64)
+        return proba
+
+
 def run_task(task):
     key, X, y, train, test = task
-    return run_fit(key, lambda: make_model(key["model"], X.shape[1]), X, y, train, test,
-                   "classification")
+    sink = {}
+    rec = run_fit(key, lambda: _Recording(make_model(key["model"], X.shape[1]), sink), X, y,
+                  train, test, "classification")
+    if "proba" in sink and not rec["error"]:
+        # kept for the pooled out-of-fold ECE and the noise floors (rounded: JSON size)
+        rec["test_rows"] = [int(i) for i in test]
+        rec["proba"] = np.round(sink["proba"], 8).tolist()
+    return rec
 
 
 def build_tasks(sets, models, folds):
@@ -164,6 +235,27 @@ def summarise(records, models, sets):
     warns = warning_counts(records)
     mean = {m: {s: {k: mean_or_nan(v) for k, v in cells[m][s].items()} for s in cells[m]}
             for m in cells}
+    # ECE of the pooled out-of-fold predictions and the noise floors (records that kept
+    # their probabilities; the pooled figure needs every fold of the set)
+    labels = {}
+    for (m, st), recs in _group(records).items():
+        recs = [r for r in recs if not r["error"] and "proba" in r]
+        if not recs or m not in mean or st not in mean[m]:
+            continue
+        if st not in labels:
+            _, yy = load(st)
+            labels[st] = np.unique(yy, return_inverse=True)[1]
+        y_idx = labels[st]
+        floors = [ece_noise_floor(r["proba"]) for r in recs]
+        mean[m][st]["ece_floor"] = float(np.mean(floors)) if len(recs) == len(
+            cells[m][st]["ece"]) else float("nan")
+        rows = np.concatenate([r["test_rows"] for r in recs])
+        if len(rows) == len(y_idx) and len(np.unique(rows)) == len(y_idx):
+            P = np.concatenate([np.asarray(r["proba"]) for r in recs])
+            P = np.clip(P, 0.0, 1.0)
+            P /= P.sum(axis=1, keepdims=True)
+            mean[m][st]["ece_pooled"] = ece_of(y_idx[rows], P)
+            mean[m][st]["ece_pooled_floor"] = ece_noise_floor(P)
     # sets every model has results on (all of them after a complete run)
     complete = [s for s in sets if mean and all(s in mean[m] for m in mean)]
     mean_nll = {m: (float(np.mean([mean[m][s]["nll"] for s in complete]))
@@ -180,6 +272,13 @@ def summarise(records, models, sets):
     return {"mean": mean, "mean_nll": mean_nll, "complete_sets": complete, "reference_nll": ref, "checks": checks,
             "errors": errors, "warnings": warns,
             "models": [m for m in models if m in mean or m in errors]}
+
+
+def _group(records):
+    out = {}
+    for r in records:
+        out.setdefault((r["model"], r["set"]), []).append(r)
+    return out
 
 
 def markdown(result):
@@ -234,6 +333,24 @@ def markdown(result):
                     + f". Reference: best mean NLL of LR and GPC = {fmt(ref)}; "
                     f"threshold {fmt(ref + NLL_SLACK)}."]
         out.append("")
+    out += ["## ECE: per fold, pooled out-of-fold, and their noise floors", "",
+            ("Per fold: the mean of the test folds' ECE (the table above). Pooled: the ECE of "
+             "all out-of-fold predictions together (every row once). Floor: the mean ECE of a "
+             "perfectly calibrated model with the same predicted probabilities (labels drawn "
+             f"from the predictions, {N_FLOOR_DRAWS} draws); an ECE near its floor is "
+             "indistinguishable from calibrated at this sample size. Cells: "
+             "ECE / floor."), "",
+            "| model | " + " | ".join(f"{st} per fold | {st} pooled" for st in sets) + " |",
+            "|---|" + "---:|---:|" * len(sets)]
+    for m in s["models"]:
+        cells = []
+        for st in sets:
+            c = s["mean"].get(m, {}).get(st, {})
+            for a, b in (("ece", "ece_floor"), ("ece_pooled", "ece_pooled_floor")):
+                cells.append(f"{fmt(c.get(a, float('nan')))} / {fmt(c.get(b, float('nan')))}")
+        out.append(f"| {LABELS[m]} | " + " | ".join(cells) + " |")
+    out += ["", ("A dash: no stored probabilities for that cell (records from before the "
+                 "pooled ECE was added)."), ""]
     out += ["## Warnings raised by the fits (count, per data set)", ""]
     if s["warnings"]:
         for m, per in s["warnings"].items():
@@ -250,7 +367,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="2 folds on iris, wine and overlap")
     ap.add_argument("--sets", nargs="+", choices=SETS)
-    ap.add_argument("--models", nargs="+", choices=MODELS)
+    ap.add_argument("--models", nargs="+", choices=MODELS + tuple(VARIANTS))
     ap.add_argument("--jobs", type=int, default=1, help="fits run in parallel (joblib)")
     ap.add_argument("--out", help="output stem (writes OUT.md and OUT.json)")
     ap.add_argument("--records", help="JSON-lines file of fit records: reused and appended, "

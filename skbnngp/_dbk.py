@@ -70,11 +70,15 @@ def _softplus_inv(v):
     return v + math.log(-math.expm1(-v))
 
 
-def trace_penalty(Phi, noise):
-    """``tr(C) / (2 noise)`` with ``c_i = max_j |phi_j|^2 - |phi_i|^2`` over the rows of
-    ``Phi`` (eq. 11; the gradient flows through the max)."""
+def trace_penalty(Phi, noise, max_prior_var=None):
+    """``tr(C) / (2 noise)`` with ``c_i = M - |phi_i|^2`` over the rows of ``Phi`` (eq. 11).
+
+    ``M`` is ``max_prior_var`` when given (the largest prior variance over the whole data,
+    of which ``Phi`` is a mini-batch), else the largest over the rows of ``Phi``; the
+    gradient flows through the max."""
     kappa = Phi.square().sum(1)
-    return (Phi.shape[0] * kappa.max() - kappa.sum()) / (2 * noise)
+    M = kappa.max() if max_prior_var is None else max_prior_var
+    return (Phi.shape[0] * M - kappa.sum()) / (2 * noise)
 
 
 def exact_objective(Phi, Y, noise, correction=True):
@@ -92,14 +96,17 @@ def kl_to_prior(m, L):
                                          - 2 * torch.log(L.diagonal().abs()).sum() - r))
 
 
-def svi_objective(Phi, Y, m, L, noise, n, correction=True):
-    """Mini-batch ELBO of eq. (9) for a batch of ``b`` rows out of ``n``, minus the batch
-    trace regulariser; with ``b = n`` and no correction it is the ELBO of eq. (8)."""
+def svi_objective(Phi, Y, m, L, noise, n, correction=True, max_prior_var=None):
+    """Mini-batch ELBO of eq. (9) for a batch of ``b`` rows out of ``n``, minus the
+    stochastic trace regulariser ``(n/b) sum_batch (M - |phi_i|^2) / (2 noise)``, an
+    unbiased estimate of ``tr(C) / (2 noise)`` when ``max_prior_var`` is the data maximum
+    ``M`` (``None``: the batch maximum, the paper's eq. 9 text, biased low); with ``b = n``
+    and no correction it is the ELBO of eq. (8)."""
     b, C = Y.shape
     fit = (-0.5 * b * C * torch.log(2 * math.pi * noise)
            - ((Y - Phi @ m).square().sum() + C * (Phi @ L).square().sum()) / (2 * noise))
     if correction:
-        fit = fit - C * trace_penalty(Phi, noise)
+        fit = fit - C * trace_penalty(Phi, noise, max_prior_var)
     return (n / b) * fit - kl_to_prior(m, L)
 
 
@@ -501,14 +508,42 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         return loss
 
     def _svi_loss(self, feat, state, data, correction):
-        """Negative per-datum mini-batch ELBO (eq. 9) minus the batch trace regulariser."""
+        """Negative per-datum mini-batch ELBO (eq. 9) minus the stochastic trace regulariser.
+
+        With the correction, ``M`` of the regulariser is the maximum of ``|phi(x)|^2`` over
+        the training rows (eq. 11), not over the batch: ``data["kappa"]`` holds every row's
+        ``|phi|^2`` as last measured (a full pass at the start, then the rows of each batch),
+        and each step also evaluates the row that holds the maximum (its "champion"), so that
+        the gradient of ``n M`` reaches the current arg-max at every step at the cost of one
+        extra row. ``data["M_prev"]`` is the maximum over the rows of earlier
+        :meth:`partial_fit` calls. The table is local to the call; nothing fitted is changed.
+        """
 
         def loss(rows, epoch):
             n, C = data["n"], data["Y"].shape[1]
-            J = svi_objective(feat(data["X"][rows]), data["Y"][rows], state.m, state.L(),
-                              state.noise(), n, correction)
+            if not correction:
+                Phi, M = feat(data["X"][rows]), None
+            else:
+                table = data["kappa"]
+                idx = torch.cat([rows, torch.argmax(table).reshape(1)])
+                Phi_all = feat(data["X"][idx])
+                kappa = Phi_all.square().sum(1)
+                Phi, fresh = Phi_all[:-1], kappa.max()
+                with torch.no_grad():
+                    table[idx] = kappa.detach()
+                    stale = torch.clamp(table.max(), min=data["M_prev"])
+                M = torch.where(fresh >= stale, fresh, stale)
+            J = svi_objective(Phi, data["Y"][rows], state.m, state.L(), state.noise(), n,
+                              correction, max_prior_var=M)
             return -J / (n * C)
         return loss
+
+    @staticmethod
+    def _prior_vars(feat, X, chunk):
+        """``|phi(x_i)|^2`` for every row, in row blocks (no graph)."""
+        with torch.no_grad():
+            return torch.cat([feat(X[sl]).square().sum(1)
+                              for sl in iter_slices(X.shape[0], chunk)])
 
     # ================================================================== pieces
     def _features(self, feat, X, chunk):
@@ -624,7 +659,9 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                           svi, device, dtype)
         chunk = self._chunk_for()
         if svi:
-            data = {"X": Xtr, "Y": Ytr, "n": len(tr)}
+            data = {"X": Xtr, "Y": Ytr, "n": len(tr), "M_prev": -math.inf}
+            if correction:
+                data["kappa"] = self._prior_vars(feat, Xtr, chunk)
             loss = self._svi_loss(feat, state, data, correction)
 
             def post_fn():
@@ -862,7 +899,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
             cfg, chunk = self._train_cfg, self._chunk_rows
         feat = self._feature_fn(net, scale)
         Xs = as_tensor(self._scale_X(X), device, dtype)
-        data = {"X": Xs, "Y": as_tensor(Y, device, dtype), "n": n_prev + X.shape[0]}
+        data = {"X": Xs, "Y": as_tensor(Y, device, dtype), "n": n_prev + X.shape[0],
+                "M_prev": float(M_prev)}
+        if correction:
+            data["kappa"] = self._prior_vars(feat, Xs, chunk)
         trainer = NetworkTrainer(self._svi_loss(feat, state, data, correction),
                                  list(net.parameters()), state.params(), modules=[net],
                                  learning_rate=cfg["learning_rate"],

@@ -55,6 +55,32 @@ def layer_parameter_count(d_out, d_in, rows, cols, flow_hidden=16, flow=True, fl
     return n
 
 
+def tempered_nll(logits, y, temperature):
+    """Mean NLL of the predictive ``mean_s softmax(logits_s / T)``; ``logits`` (S, n, K)."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    z = z - z.max(axis=2, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
+    # log of the average over draws of each row's true-class probability
+    lp = logp[:, np.arange(logp.shape[1]), y]
+    m = lp.max(axis=0)
+    return float(-np.mean(m + np.log(np.mean(np.exp(lp - m), axis=0))))
+
+
+#: Range of ``log T`` searched by :func:`fit_temperature`.
+LOG_T_RANGE = (np.log(0.05), np.log(20.0))
+
+
+def fit_temperature(logits, y):
+    """The temperature of smallest validation NLL (bounded 1-D search over ``log T`` in
+    :data:`LOG_T_RANGE`), and that NLL."""
+    from scipy.optimize import minimize_scalar
+
+    res = minimize_scalar(lambda v: tempered_nll(logits, y, np.exp(v)), bounds=LOG_T_RANGE,
+                          method="bounded", options={"xatol": 1e-4})
+    t = float(np.exp(res.x))
+    return t, tempered_nll(logits, y, t)
+
+
 def _module_state(module):
     """A module's state as NumPy arrays (what pickles: no live device tensor)."""
     return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
@@ -182,6 +208,16 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         Further relative jitter (times the mean diagonal) of that solve.
     ood_max_fit_samples : int, default=5000
         Training rows used to fit the projectors.
+    calibration : {"temperature"} or None, default=None
+        ``"temperature"``: post-hoc temperature scaling. A stratified ``validation_fraction``
+        of the rows is held out of training, and one scalar ``T`` (``temperature_``) is fitted
+        by the validation NLL of the predictive; the probabilities then average
+        ``softmax(logits / T)`` over the weight draws. The predicted class of each draw, the
+        network and :meth:`ood_score` do not depend on ``T`` (the network is trained on the
+        other rows). None: ``T = 1`` and every row is used for training.
+    validation_fraction : float in (0, 1), default=0.1
+        Rows held out to fit ``T`` (``calibration="temperature"`` only); at least one per
+        class.
     scale_inputs : bool, default=True
         Standardise the features with the training mean and std.
     device : str or torch.device, default="auto"
@@ -223,6 +259,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         Rank of each key layer's subspace (below the layer's input width).
     n_parameters_ : int
         Trainable parameters of the network.
+    temperature_ : float
+        The softmax temperature of the predictive (1.0 without ``calibration``).
+    validation_nll_ : float or None
+        Validation NLL at ``temperature_`` (None without ``calibration``).
 
     Notes
     -----
@@ -290,6 +330,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         "ood_ridge": [Interval(numbers.Real, 0, None, closed="neither")],
         "ood_jitter": [Interval(numbers.Real, 0, None, closed="left")],
         "ood_max_fit_samples": [Interval(numbers.Integral, 1, None, closed="left")],
+        "calibration": [StrOptions({"temperature"}), None],
+        "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
         "scale_inputs": ["boolean"],
         "device": DEVICE_CONSTRAINT,
         "dtype": DTYPE_CONSTRAINT,
@@ -309,8 +351,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                  n_predict_samples=8, ood_layers=None, ood_method="principal",
                  ood_energy=0.99, ood_projector="mlp",
                  ood_projector_hidden=128, ood_projector_steps=300, ood_projector_lr=1e-3,
-                 ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, scale_inputs=True,
-                 device="auto", dtype="float32", random_state=None, verbose=0):
+                 ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, calibration=None,
+                 validation_fraction=0.1, scale_inputs=True, device="auto", dtype="float32",
+                 random_state=None, verbose=0):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.fid_layers = fid_layers
@@ -356,6 +399,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.ood_ridge = ood_ridge
         self.ood_jitter = ood_jitter
         self.ood_max_fit_samples = ood_max_fit_samples
+        self.calibration = calibration
+        self.validation_fraction = validation_fraction
         self.scale_inputs = scale_inputs
         self.device = device
         self.dtype = dtype
@@ -495,6 +540,11 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=4)
+        val = None
+        if self.calibration == "temperature":
+            train, val = self._validation_split(y_idx, len(classes), int(seeds[3]))
+            X_val, y_val = X[val], y_idx[val]
+            X, y_idx = X[train], y_idx[train]
         self._x_offset, self._x_scale = input_scaling(X, "standard", self.scale_inputs)
         plan = self._layer_plan(X.shape[1], len(classes))
         net = self._build_network(plan, int(seeds[0]), device, dtype)
@@ -510,8 +560,31 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         with torch.no_grad():
             net.sample_weights(make_generator(int(seeds[2]), "cpu"), self.sampling)
             self.kl_ = to_float(net.kl()) / X.shape[0]
+        self.temperature_, self.validation_nll_ = 1.0, None
+        if val is not None:
+            logits = self._draw_logits(as_tensor(self._scale(X_val), device, dtype),
+                                       self.n_predict_samples, self._predict_seed)
+            self.temperature_, self.validation_nll_ = fit_temperature(to_numpy(logits), y_val)
         self._fit_ood(net, Xt, rng, int(seeds[3]))
         return self
+
+    def _validation_split(self, y_idx, n_classes, seed):
+        """Row indices (train, validation): stratified, at least one validation row per
+        class and one training row per class left."""
+        counts = np.bincount(y_idx, minlength=n_classes)
+        if counts.min() < 2:
+            raise ValueError("calibration='temperature' holds out a validation split and "
+                             "needs at least 2 rows of every class; the smallest class has "
+                             f"{int(counts.min())}. Set calibration=None.")
+        rng = np.random.default_rng(seed)
+        val = []
+        for c in range(n_classes):
+            rows = rng.permutation(np.flatnonzero(y_idx == c))
+            k = min(len(rows) - 1, max(1, round(self.validation_fraction * len(rows))))
+            val.append(rows[:k])
+        val = np.sort(np.concatenate(val))
+        train = np.setdiff1d(np.arange(len(y_idx)), val)
+        return train, val
 
     def _train(self, net, Xt, yt, y_idx, rng, seed):
         name = type(self).__name__
@@ -728,19 +801,24 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return as_tensor(self._scale(X), self.device_, self._dtype)
 
-    def _draw_probs(self, X, n_samples, seed):
-        """Softmax probabilities under ``n_samples`` weight draws: (S, n, K) tensor."""
-        check_predict_params(self, "sampling")
-        Xt = self._input(X)
-        net = self.model_
+    def _draw_logits(self, Xt, n_samples, seed, net=None):
+        """Logits under ``n_samples`` weight draws of scaled inputs ``Xt``: (S, n, K)."""
+        net = self.model_ if net is None else net
         gen = make_generator(seed, "cpu")
         out = []
         with torch.no_grad():
             for _ in range(n_samples):
                 W = net.sample_weights(gen, self.sampling)
-                out.append(torch.cat([torch.softmax(net.apply(Xt[sl], W), dim=1)
+                out.append(torch.cat([net.apply(Xt[sl], W)
                                       for sl in iter_slices(Xt.shape[0], PREDICT_ROWS)], dim=0))
-        probs = torch.stack(out).to(torch.float64)
+        return torch.stack(out).to(torch.float64)
+
+    def _draw_probs(self, X, n_samples, seed):
+        """Softmax probabilities (at ``temperature_``) under ``n_samples`` weight draws:
+        (S, n, K) tensor."""
+        check_predict_params(self, "sampling")
+        logits = self._draw_logits(self._input(X), n_samples, seed)
+        probs = torch.softmax(logits / getattr(self, "temperature_", 1.0), dim=2)
         if not bool(torch.isfinite(probs).all()):
             raise ValueError(f"{type(self).__name__}: the predicted probabilities at X are not "
                              "finite (X may lie far outside the training range); rescale X.")

@@ -15,9 +15,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, auto_batch_size, blr_posterior,
-                       build_mlp, stable_cholesky, to_float, to_numpy)
-from ._backend._blr import blr_evidence_spectrum, blr_maximise_evidence
+from ._backend import (ACTIVATIONS, BLREvidence, NetworkTrainer, as_tensor, auto_batch_size,
+                       blr_fit_scales, blr_posterior, build_mlp, stable_cholesky, to_float,
+                       to_numpy)
 from ._backend._jacobian import GaussianSketch, body_jacobians, head_features, split_parameters
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
                     TorchEstimatorMixin, check_hidden_layer_sizes, check_predict_params,
@@ -503,9 +503,12 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
 
         def hypers(G, B):
             """(prior variance, noise, log evidence) for the features with Gram G."""
-            lam, c2 = blr_evidence_spectrum(n_scale * G, n_scale * B)
-            return blr_maximise_evidence(lam, c2, yy, n, prior_variance=fixed_s,
-                                         noise=noise)
+            ev = BLREvidence(n_scale * G, n_scale * B, yy, n)
+            s, v = blr_fit_scales(ev, 1.0 if fixed_s is None else fixed_s,
+                                  0.1 * yy / n if noise is None else noise,
+                                  noise_lower_bound=1e-8, fix_prior_var=fixed_s is not None,
+                                  fix_noise=noise is not None, prior_var_starts=(1e-2, 1e2))
+            return s, v, ev(s, v)
 
         chunk = self._chunk(max(m, 1))
         self.projection_chol_ = None

@@ -24,7 +24,9 @@ def fitted():
 
 @pytest.mark.parametrize("param,value", [("activation", "tanh"), ("dtype", "float64"),
                                          ("hidden_layer_sizes", (3, 3)),
-                                         ("inducing_rows", 2), ("max_sd_u", 1.0)])
+                                         ("inducing_rows", 2), ("max_sd_u", 1.0),
+                                         ("calibration", "temperature"),
+                                         ("validation_fraction", 0.5)])
 def test_set_params_after_fit_changes_nothing_fitted(fitted, param, value):
     blob, X = fitted
     ref = pickle.loads(blob)

@@ -5,36 +5,12 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import multivariate_normal
 
 from skbnngp import RichBLLRegressor
-from skbnngp._backend._blr import (blr_evidence_spectrum, blr_log_evidence_scaled,
-                                   blr_maximise_evidence)
+from skbnngp._backend._jacobian import head_features, split_parameters
 from skbnngp.datasets import make_step_1d
-
-
-@pytest.mark.parametrize("n,r", [(40, 6), (5, 9)])
-def test_spectral_evidence_is_the_gaussian_log_density(n, r):
-    rng = np.random.default_rng(0)
-    Phi, y = rng.standard_normal((n, r)), rng.standard_normal(n)
-    lam, c2 = blr_evidence_spectrum(Phi.T @ Phi, Phi.T @ y)
-    for s, v in [(0.7, 0.3), (3.0, 0.01)]:
-        exact = multivariate_normal(np.zeros(n), s * Phi @ Phi.T + v * np.eye(n)).logpdf(y)
-        assert blr_log_evidence_scaled(lam, c2, y @ y, n, s, v) == pytest.approx(exact,
-                                                                                  rel=1e-9)
-
-
-def test_maximised_evidence_is_a_maximum():
-    rng = np.random.default_rng(1)
-    Phi = rng.standard_normal((200, 5))
-    y = Phi @ (0.5 * rng.standard_normal(5)) + 0.3 * rng.standard_normal(200)
-    lam, c2 = blr_evidence_spectrum(Phi.T @ Phi, Phi.T @ y)
-    s, v, ev = blr_maximise_evidence(lam, c2, y @ y, 200)
-    for ds, dv in [(1.1, 1), (0.9, 1), (1, 1.1), (1, 0.9)]:
-        assert blr_log_evidence_scaled(lam, c2, y @ y, 200, s * ds, v * dv) < ev
-    assert v == pytest.approx(0.09, rel=0.3)  # the noise the data were drawn with
-    s_fixed, v_fixed, _ = blr_maximise_evidence(lam, c2, y @ y, 200, noise=0.5)
-    assert v_fixed == 0.5 and s_fixed > 0
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +40,7 @@ def test_auto_prior_variance_and_ridge_maximise_the_evidence(step):
 
 def test_noise_options(step):
     X, y = step
-    kw = dict(hidden_layer_sizes=(8,), max_iter=100, random_state=0, device="cpu")
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 100, "random_state": 0, "device": "cpu"}
     val = RichBLLRegressor(noise_variance="validation", **kw).fit(X, y)
     # the validation MSE at the chosen epoch (validation_scores_ are RMSEs)
     assert val.noise_variance_ == pytest.approx(min(val.validation_scores_) ** 2, rel=1e-12)
@@ -78,8 +54,8 @@ def test_noise_options(step):
 
 def test_refit_trains_on_all_rows_for_best_iteration(step):
     X, y = step
-    kw = dict(hidden_layer_sizes=(8,), max_iter=60, validation_interval=5, random_state=0,
-              device="cpu")
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 60, "validation_interval": 5,
+          "random_state": 0, "device": "cpu"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = RichBLLRegressor(**kw).fit(X, y)
@@ -106,3 +82,27 @@ def test_default_fit_on_the_step_set_converges():
         assert reg.converged_
         n_iter.append(reg.n_iter_)
     assert max(n_iter) > 500  # the old budget would have cut this fit short
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_bll_log_evidence_is_the_dense_gaussian_density_at_its_maximum(step):
+    """The last layer's evidence (the shared ``BLREvidence``) equals ``log N(y - mean(y); 0,
+    s Phi Phi^T + v I)`` built densely from the fitted network's last-layer features, and
+    the chosen ``(s, v)`` maximise it."""
+    X, y = step
+    reg = RichBLLRegressor(hidden_layer_sizes=(8,), max_iter=100, random_state=0,
+                           uncertainty="bll", prior_variance="auto", noise_variance="evidence",
+                           normalize_y=False, scale_inputs=False, device="cpu").fit(X, y)
+    head, _, _ = split_parameters(reg.network_)
+    _, Phi = head_features(reg.network_, head, torch.as_tensor(X), 1000)
+    Phi = Phi.double().numpy()
+    yc = y - y.mean()
+
+    def dense(s, v):
+        return multivariate_normal(np.zeros(len(y)), s * Phi @ Phi.T
+                                   + v * np.eye(len(y))).logpdf(yc)
+
+    s, v = reg.prior_variance_, reg.noise_variance_
+    assert reg.log_evidence_ == pytest.approx(dense(s, v), rel=1e-6)
+    for ds, dv in [(1.1, 1), (0.9, 1), (1, 1.1), (1, 0.9)]:
+        assert dense(s * ds, v * dv) < dense(s, v)

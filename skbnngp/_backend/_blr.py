@@ -8,7 +8,8 @@ r x r matrix ``Lambda = Phi^T W Phi + noise I`` (``W`` optional positive row wei
 * the weight posterior ``w | y ~ N(Lambda^{-1} Phi^T W y, noise Lambda^{-1})``,
 * the predictive mean ``phi*^T mu`` and latent variance ``|F^T phi*|^2`` with ``S = F F^T``.
 
-DBK (deep basis kernel) and the Bayesian-last-layer heads use these functions.
+DBK (deep basis kernel) and the Bayesian-last-layer heads use these functions; both choose
+their prior variance and noise by one evidence, :class:`BLREvidence` with :func:`blr_fit_scales`.
 """
 
 from __future__ import annotations
@@ -157,40 +158,58 @@ class BLREvidence:
 
 
 def blr_fit_scales(evidence, prior_var=1.0, noise=1.0, *, noise_lower_bound=1e-6,
-                   condition=None, fix_prior_var=False):
+                   condition=None, fix_prior_var=False, fix_noise=False, prior_var_starts=()):
     """``(prior_var, noise)`` maximising ``evidence`` (a :class:`BLREvidence`), or the
     conditional evidence ``evidence - condition`` (the log predictive density of the rows in
     ``evidence`` but not in ``condition`` given those in ``condition``, when ``condition`` holds
     the statistics of a subset of the rows).
 
-    L-BFGS-B in log coordinates from the given starting point, with the noise kept above
-    ``noise_lower_bound``; ``fix_prior_var`` keeps the prior variance. Returns the starting
-    point if the optimiser does not improve on it.
+    L-BFGS-B in log coordinates from the given starting point, with the prior variance in
+    ``[e^-20, e^20]`` and the noise in ``[noise_lower_bound, e^20]``. ``fix_prior_var`` and
+    ``fix_noise`` hold that scale at its given value. ``prior_var_starts`` adds starting
+    values of the prior variance (the evidence can have more than one local maximum in it);
+    the best end point wins. Returns the starting point if the optimiser does not improve on
+    it.
     """
     import numpy as np
     from scipy.optimize import minimize as sp_minimize
 
+    if fix_prior_var and fix_noise:
+        return prior_var, noise
+    free = np.array([not fix_prior_var, not fix_noise])
+    fixed = np.array([math.log(prior_var), math.log(noise)])
+
     def objective(z):
-        la = math.log(prior_var) if fix_prior_var else z[0]
-        a, s = math.exp(min(la, 700.0)), math.exp(min(z[-1], 700.0))
+        full = fixed.copy()
+        full[free] = z
+        a, s = math.exp(min(full[0], 700.0)), math.exp(min(full[1], 700.0))
         val, g = evidence(a, s, grad=True)
         if condition is not None:
             cv, cg = condition(a, s, grad=True)
             val, g = val - cv, g - cg
         if not math.isfinite(val):
             return np.inf, np.zeros_like(z)
-        return -val, -(g[1:] if fix_prior_var else g)
+        return -val, -g[free]
 
-    z0 = np.array([math.log(noise)] if fix_prior_var else [math.log(prior_var), math.log(noise)])
-    lo = math.log(noise_lower_bound)
-    bounds = [(lo, 20.0)] if fix_prior_var else [(-20.0, 20.0), (lo, 20.0)]
-    z0 = np.clip(z0, [b[0] for b in bounds], [b[1] for b in bounds])
-    f0 = objective(z0)[0]
-    res = sp_minimize(objective, z0, jac=True, method="L-BFGS-B", bounds=bounds,
-                      options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 500})
-    z = res.x if np.isfinite(res.fun) and res.fun <= f0 else z0
-    a = prior_var if fix_prior_var else math.exp(z[0])
-    return a, math.exp(z[-1])
+    bounds = [b for b, f in zip([(-20.0, 20.0), (math.log(noise_lower_bound), 20.0)], free)
+              if f]
+    lo, hi = [b[0] for b in bounds], [b[1] for b in bounds]
+    z0 = np.clip(fixed[free], lo, hi)
+    best_z, best_f = z0, objective(z0)[0]
+    for a0 in (prior_var, *prior_var_starts):
+        start = fixed.copy()
+        start[0] = math.log(a0)
+        start = np.clip(start[free], lo, hi)
+        res = sp_minimize(objective, start, jac=True, method="L-BFGS-B", bounds=bounds,
+                          options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 500})
+        if np.isfinite(res.fun) and res.fun <= best_f:
+            best_z, best_f = res.x, res.fun
+        if fix_prior_var:
+            break  # the other starts differ only in the fixed prior variance
+    full = fixed.copy()
+    full[free] = best_z
+    return (prior_var if fix_prior_var else math.exp(full[0]),
+            noise if fix_noise else math.exp(full[1]))
 
 
 def blr_log_evidence_diag(Phi, Y, noise):
@@ -226,69 +245,3 @@ class DiagNoiseEvidence:
                 return float(val)
             (g,) = torch.autograd.grad(val, z)
         return float(val.detach()), np.asarray(g.detach().cpu(), dtype=np.float64)
-
-
-def blr_evidence_spectrum(G, b):
-    """Eigenvalues of ``G = Phi^T Phi`` and the squared projections of ``b = Phi^T y`` onto
-    its eigenvectors, as float64 NumPy vectors: all that :func:`blr_log_evidence_scaled`
-    needs (O(r^3) once; each evidence is then O(r))."""
-    import numpy as np
-
-    Gn = np.asarray(G.detach().cpu().to(torch.float64) if torch.is_tensor(G) else G,
-                    dtype=np.float64)
-    bn = np.asarray(b.detach().cpu().to(torch.float64) if torch.is_tensor(b) else b,
-                    dtype=np.float64).reshape(-1)
-    lam, U = np.linalg.eigh(0.5 * (Gn + Gn.T))
-    return np.maximum(lam, 0.0), (U.T @ bn) ** 2
-
-
-def blr_log_evidence_scaled(lam, c2, yy, n, prior_variance, noise):
-    """``log N(y; 0, prior_variance Phi Phi^T + noise I)`` from the spectrum of
-    :func:`blr_evidence_spectrum`, ``yy = |y|^2`` and the number of rows ``n``: with
-    ``d_i = s lam_i + noise``, ``-(n/2) log 2 pi - ((n - r)/2) log noise - (1/2) sum log d_i
-    - (yy - sum s c_i^2 / d_i) / (2 noise)`` (exact for any n and r, zero eigenvalues
-    included)."""
-    import numpy as np
-
-    r = lam.size
-    d = prior_variance * lam + noise
-    quad = (yy - np.sum(prior_variance * c2 / d)) / noise
-    return float(-0.5 * n * math.log(2 * math.pi) - 0.5 * (n - r) * math.log(noise)
-                 - 0.5 * np.sum(np.log(d)) - 0.5 * quad)
-
-
-def blr_maximise_evidence(lam, c2, yy, n, *, prior_variance=None, noise=None,
-                          bounds=(1e-8, 1e8)):
-    """Maximise :func:`blr_log_evidence_scaled` over the prior variance and/or the noise
-    (those given as ``None``; a value given is held fixed), in log coordinates inside
-    ``bounds``. Returns ``(prior_variance, noise, log_evidence)``."""
-    import numpy as np
-    from scipy.optimize import minimize
-
-    free = [prior_variance is None, noise is None]
-    lo, hi = math.log(bounds[0]), math.log(bounds[1])
-    scale = max(yy / max(n, 1), 1e-300)
-
-    def unpack(z):
-        it = iter(z)
-        s = math.exp(next(it)) if free[0] else prior_variance
-        v = math.exp(next(it)) if free[1] else noise
-        return s, v
-
-    def fun(z):
-        return -blr_log_evidence_scaled(lam, c2, yy, n, *unpack(z)) / max(n, 1)
-
-    if not any(free):
-        return prior_variance, noise, blr_log_evidence_scaled(lam, c2, yy, n, prior_variance,
-                                                              noise)
-    starts = []
-    for s0 in (1.0, 1e-2, 1e2):
-        z = ([math.log(s0)] if free[0] else []) + ([math.log(0.1 * scale)] if free[1] else [])
-        starts.append(np.clip(z, lo, hi))
-    best = None
-    for z0 in starts:
-        res = minimize(fun, z0, method="L-BFGS-B", bounds=[(lo, hi)] * len(z0))
-        if best is None or res.fun < best.fun:
-            best = res
-    s, v = unpack(best.x)
-    return s, v, -best.fun * max(n, 1)

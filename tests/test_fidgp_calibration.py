@@ -1,0 +1,133 @@
+"""FiDGPClassifier's post-hoc temperature scaling (issue 20, item 3)."""
+
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+
+from skbnngp import FiDGPClassifier
+from skbnngp._fidgp import LOG_T_RANGE, fit_temperature, tempered_nll
+
+pytest.importorskip("zuko")
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+SMALL = {"hidden_layer_sizes": (8,), "max_iter": 6, "batch_size": 50, "random_state": 0,
+         "device": "cpu", "dtype": "float64"}
+
+
+def _softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = load_iris(return_X_y=True)
+    clf = FiDGPClassifier(calibration="temperature", validation_fraction=0.2, **SMALL).fit(X, y)
+    return pickle.dumps(clf), X, y
+
+
+# ============================================================ the NLL and its minimiser
+def test_tempered_nll_is_the_log_of_the_averaged_softmax():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(5, 40, 3)) * 3
+    y = rng.integers(0, 3, 40)
+    for t in (0.3, 1.0, 4.0):
+        p = _softmax(logits / t).mean(axis=0)
+        want = -np.mean(np.log(p[np.arange(40), y]))
+        assert tempered_nll(logits, y, t) == pytest.approx(want, rel=1e-12)
+
+
+def test_fitted_temperature_minimises_the_nll_against_a_grid():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(4, 300, 4)) * 5
+    # labels from a softer predictive than the logits': an interior optimum above 1
+    p = _softmax(logits.mean(axis=0) / 3)
+    y = (rng.random(300)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
+    t, nll = fit_temperature(logits, y)
+    grid = np.exp(np.linspace(*LOG_T_RANGE, 2001))
+    losses = np.array([tempered_nll(logits, y, g) for g in grid])
+    assert nll == pytest.approx(tempered_nll(logits, y, t), rel=1e-12)
+    assert nll <= losses.min() + 1e-9
+    assert 1 < t < np.exp(LOG_T_RANGE[1]) / 2
+    # the grid's minimiser is within one grid step (in log T) of the fitted T
+    step = (LOG_T_RANGE[1] - LOG_T_RANGE[0]) / 2000
+    assert abs(np.log(grid[np.argmin(losses)]) - np.log(t)) <= 2 * step
+
+
+@pytest.mark.parametrize("t_true", [0.5, 2.0])
+def test_fitted_temperature_recovers_the_temperature_labels_were_drawn_at(t_true):
+    # labels drawn from softmax(z / t_true): the NLL's population minimiser is t_true; with
+    # 20,000 rows its standard error in log T is about 0.01, so 0.1 is a wide margin
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=(1, 20000, 3)) * 3
+    p = _softmax(z[0] / t_true)
+    y = (rng.random(20000)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
+    t, _ = fit_temperature(z, y)
+    assert abs(np.log(t / t_true)) < 0.1
+
+
+# ============================================================ the estimator
+def test_temperature_one_reproduces_the_uncalibrated_probabilities(fitted):
+    blob, X, _ = fitted
+    clf = pickle.loads(blob)
+    T = clf.temperature_
+    assert T != 1.0 and clf.validation_nll_ is not None
+    logits = clf._draw_logits(clf._input(X), clf.n_predict_samples, clf._predict_seed)
+    logits = logits.numpy()
+    np.testing.assert_allclose(clf.predict_proba(X), _softmax(logits / T).mean(axis=0),
+                               rtol=1e-10, atol=1e-12)
+    clf.temperature_ = 1.0
+    np.testing.assert_allclose(clf.predict_proba(X), _softmax(logits).mean(axis=0),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_temperature_changes_neither_the_draws_classes_nor_the_ood_score(fitted):
+    blob, X, _ = fitted
+    a, b = pickle.loads(blob), pickle.loads(blob)
+    b.temperature_ = 1.0
+    np.testing.assert_array_equal(a.sample_proba(X).argmax(axis=2),
+                                  b.sample_proba(X).argmax(axis=2))
+    np.testing.assert_array_equal(a.ood_score(X), b.ood_score(X))
+
+
+def test_fitted_temperature_is_the_validation_minimiser(fitted):
+    # refit the same split by hand: the network sees the training rows only, and T minimises
+    # the NLL of the held-out rows under the prediction draws
+    blob, X, y = fitted
+    clf = pickle.loads(blob)
+    seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=4)
+    train, val = clf._validation_split(y, 3, int(seeds[3]))
+    assert len(np.intersect1d(train, val)) == 0 and len(train) + len(val) == len(y)
+    assert np.all(np.bincount(y[val], minlength=3) == 10)  # 20% of 50 per class
+    np.testing.assert_allclose(clf._x_offset, X[train].mean(axis=0), rtol=1e-12)
+    logits = clf._draw_logits(clf._input(X[val]), clf.n_predict_samples,
+                              clf._predict_seed).numpy()
+    grid = np.exp(np.linspace(*LOG_T_RANGE, 801))
+    losses = [tempered_nll(logits, y[val], g) for g in grid]
+    assert clf.validation_nll_ <= min(losses) + 1e-9
+    assert clf.validation_nll_ == pytest.approx(tempered_nll(logits, y[val], clf.temperature_))
+
+
+def test_no_calibration_keeps_every_row_and_temperature_one():
+    X, y = load_iris(return_X_y=True)
+    clf = FiDGPClassifier(calibration=None, **SMALL).fit(X, y)
+    assert clf.temperature_ == 1.0 and clf.validation_nll_ is None
+    np.testing.assert_allclose(clf._x_offset, X.mean(axis=0), rtol=1e-12)
+    P = clf.sample_proba(X)
+    np.testing.assert_allclose(clf.predict_proba(X), P.mean(axis=0), rtol=1e-10)
+
+
+def test_temperature_needs_two_rows_of_every_class():
+    X, y = load_iris(return_X_y=True)
+    X, y = np.vstack([X[:100], X[100:101]]), np.concatenate([y[:100], y[100:101]])
+    with pytest.raises(ValueError, match="calibration"):
+        FiDGPClassifier(calibration="temperature", **SMALL).fit(X, y)
+
+
+def test_validation_fraction_is_validated():
+    X, y = load_iris(return_X_y=True)
+    with pytest.raises(ValueError, match="validation_fraction"):
+        FiDGPClassifier(calibration="temperature", validation_fraction=1.0, **SMALL).fit(X, y)
