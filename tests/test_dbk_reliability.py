@@ -47,8 +47,6 @@ def test_interrupted_partial_fit_after_predict_leaks_nothing(monkeypatch):
     _outputs(ref, X2)
     ref.partial_fit(X2, y2)
 
-    est = pickle.loads(blob)
-    before = _outputs(est, X2)
     started, real = threading.Event(), dbk_module.svi_objective
 
     def watched(*args, **kwargs):
@@ -62,12 +60,24 @@ def test_interrupted_partial_fit_after_predict_leaks_nothing(monkeypatch):
         threading.Event().wait(0.05)  # well inside the 400 steps of the call
         os.kill(os.getpid(), signal.SIGINT)
 
-    timer = threading.Thread(target=interrupt, daemon=True)
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        est.partial_fit(Xbig, ybig)
-        threading.Event().wait(30)  # not reached when the signal lands in the call
-    timer.join()
+    # On a heavily loaded machine the signal has once been lost (the call finished and the
+    # 30 s wait after it passed without it); a lost signal is retried on a fresh model, up to
+    # three times, and never counts as a pass.
+    for _ in range(3):
+        est = pickle.loads(blob)
+        before = _outputs(est, X2)
+        started.clear()
+        timer = threading.Thread(target=interrupt, daemon=True)
+        timer.start()
+        try:
+            est.partial_fit(Xbig, ybig)
+            threading.Event().wait(30)  # not reached when the signal lands in the call
+        except KeyboardInterrupt:
+            timer.join()
+            break
+        timer.join()
+    else:
+        pytest.fail("the SIGINT never interrupted partial_fit (three tries)")
     assert est.n_samples_seen_ == 1_250
     for a, b in zip(_outputs(est, X2), before):
         np.testing.assert_array_equal(a, b)
