@@ -125,10 +125,14 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         ``"validation"``, the validation MSE of the trained network at the chosen epoch;
         ``"evidence"``, the maximiser of the last layer's evidence on all rows (jointly
         with ``prior_variance="auto"``); ``"train"``, the training MSE; or a value.
-        ``"auto"``: ``"validation"`` when there is a validation split, else
-        ``"train"``. The evidence's noise comes from rows the features were fitted to
-        and is the more biased one: 95% coverage 0.87 against 0.93 on concrete, 0.57
-        against 0.74 on its extrapolation split (user guide, "Evidence").
+        ``"auto"``: with a validation split, the evidence's noise constrained to be at
+        least the validation MSE (so the larger of the two; each is biased low, the
+        evidence's by the rows the features were fitted to, the validation MSE by the
+        choice of the epoch and, with heavy tails, by a split that can miss the outliers);
+        without one, ``"train"``. Against ``"validation"`` (the default before) on the
+        uncertainty benchmark: test NLPD 4.92 against 6.51 on heavy_tailed, 5.05 against
+        5.15 on cpu_performance, equal on diabetes, concrete and auto_mpg (user guide,
+        "Evidence").
     prior_variance : "auto" or float, default=1.0
         Prior variance of every parameter (the paper: 1). ``"auto"``: the maximiser of
         the closed-form evidence of the (enriched) last layer, ``log N(y; 0, s Phi_L
@@ -477,8 +481,11 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         m = sum(net.get_parameter(k).numel() for k in body_names)
         self.n_params_body_, self.n_params_head_ = m, r
         mode = self.noise_variance
-        if mode == "auto":
-            mode = "validation" if val_mse is not None else "train"
+        noise_floor = 1e-8
+        if mode == "auto" and val_mse is None:
+            mode = "train"
+        elif mode == "auto":  # the evidence's noise, but never below the validation MSE
+            mode, noise_floor = "evidence", max(float(val_mse), 1e-8)
         if mode == "validation" and val_mse is None:
             raise ValueError(f"{name}: noise_variance='validation' needs a validation split "
                              "(early_stopping=True and train_network=True).")
@@ -505,8 +512,9 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
             """(prior variance, noise, log evidence) for the features with Gram G."""
             ev = BLREvidence(n_scale * G, n_scale * B, yy, n)
             s, v = blr_fit_scales(ev, 1.0 if fixed_s is None else fixed_s,
-                                  0.1 * yy / n if noise is None else noise,
-                                  noise_lower_bound=1e-8, fix_prior_var=fixed_s is not None,
+                                  max(0.1 * yy / n, noise_floor) if noise is None else noise,
+                                  noise_lower_bound=noise_floor,
+                                  fix_prior_var=fixed_s is not None,
                                   fix_noise=noise is not None, prior_var_starts=(1e-2, 1e2))
             return s, v, ev(s, v)
 

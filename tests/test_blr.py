@@ -70,3 +70,23 @@ def test_more_prior_variance_starts_never_end_lower():
     one = blr_fit_scales(ev, 1e-6, 1.0)
     many = blr_fit_scales(ev, 1e-6, 1.0, prior_var_starts=(1.0, 1e2))
     assert ev(*many) >= ev(*one) - 1e-9
+
+
+def test_rounding_in_the_null_space_does_not_send_the_noise_to_zero():
+    """Regression (Rich-BLL on the 1-D gap set, noise_variance="evidence"): with more
+    features than their rank, ``Phi^T Y`` computed in floating point is not exactly in the
+    range of ``Phi^T Phi``; its rounding in the null space, divided by ``prior_var * 0 +
+    noise``, made the evidence grow like ``1/noise^2`` as the noise fell, and the fit ended on
+    the noise's lower bound (1e-8) and the prior variance's upper bound with a log evidence of
+    +1e9 (test NLPD 1.4e6 averaged over five folds)."""
+    g = torch.Generator().manual_seed(5)
+    A = torch.randn(200, 3, generator=g, dtype=DT)
+    Phi = A @ torch.randn(3, 40, generator=g, dtype=DT)  # rank 3 of 40
+    Y = A @ torch.ones(3, 1, dtype=DT) + 0.2 * torch.randn(200, 1, generator=g, dtype=DT)
+    B = Phi.T @ Y
+    B = B * (1 + 1e-9 * torch.randn(B.shape, generator=g, dtype=DT))  # rounding of the sums
+    ev = BLREvidence(Phi.T @ Phi, B, float(Y.square().sum()), 200)
+    a, s = blr_fit_scales(ev, 1.0, 0.1, noise_lower_bound=1e-8, prior_var_starts=(1e-2, 1e2))
+    assert s == pytest.approx(0.04, rel=0.3)
+    assert ev(a, s) == pytest.approx(_dense(Phi, Y, a, s), rel=1e-6)
+    assert ev(np.exp(20.0), 1e-8) < ev(a, s)  # the corner the fit ran to

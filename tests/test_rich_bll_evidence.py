@@ -106,3 +106,33 @@ def test_bll_log_evidence_is_the_dense_gaussian_density_at_its_maximum(step):
     assert reg.log_evidence_ == pytest.approx(dense(s, v), rel=1e-6)
     for ds, dv in [(1.1, 1), (0.9, 1), (1, 1.1), (1, 0.9)]:
         assert dense(s * ds, v * dv) < dense(s, v)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_auto_noise_is_the_evidence_noise_floored_at_the_validation_mse():
+    """noise_variance="auto" (issue 19 item 3, the noise without the selection bias): the
+    evidence's noise on all rows, constrained to be at least the validation MSE, i.e. the
+    larger of the two. On heavy-tailed data the validation split can miss the outliers:
+    the validation MSE is then the smaller one, and the evidence's noise is used."""
+    from skbnngp.datasets import make_heavy_tailed
+
+    X, y = make_heavy_tailed(240, 1, random_state=0)
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 100, "random_state": 0, "device": "cpu"}
+    seen = set()
+    for Xs, ys in [(X, y), (X[:120], y[:120]), step_data()]:
+        auto = RichBLLRegressor(**kw).fit(Xs, ys)
+        val_mse = min(auto.validation_scores_) ** 2
+        ev = RichBLLRegressor(network=auto.network_, train_network=False,
+                              noise_variance="evidence", device="cpu").fit(Xs, ys)
+        assert auto.prior_variance_ == 1.0
+        assert auto.noise_variance_ == pytest.approx(max(val_mse, ev.noise_variance_),
+                                                     rel=1e-5)
+        seen.add(ev.noise_variance_ > val_mse)
+    assert seen == {True, False}  # both branches of the max are exercised
+    no_split = RichBLLRegressor(early_stopping=False, **kw).fit(X, y)
+    train = RichBLLRegressor(noise_variance="train", early_stopping=False, **kw).fit(X, y)
+    assert no_split.noise_variance_ == train.noise_variance_
+
+
+def step_data():
+    return make_step_1d(120, noise=0.1, random_state=0)

@@ -129,10 +129,17 @@ class BLREvidence:
     def __init__(self, G, B, yy, n):
         import numpy as np
 
+        eps = torch.finfo(G.dtype).eps if torch.is_floating_point(G) else np.finfo(float).eps
         G = np.asarray(G.detach().cpu(), dtype=np.float64)
         lam, U = np.linalg.eigh(0.5 * (G + G.T))
-        self.lam = np.clip(lam, 0.0, None)
-        self.b2 = (U.T @ np.asarray(B.detach().cpu(), dtype=np.float64)) ** 2
+        b2 = (U.T @ np.asarray(B.detach().cpu(), dtype=np.float64)) ** 2
+        # Directions whose eigenvalue is rounding error are the null space of Phi, where
+        # Phi^T Y has no component in exact arithmetic. Left in, the rounding in b there,
+        # divided by a tiny prior_var * lam + noise, can exceed |Y|^2 and send the evidence
+        # to +inf as the noise goes to 0 (seen on Rich-BLL's 1-D gap set).
+        null = lam <= G.shape[0] * eps * max(float(lam[-1]) if lam.size else 0.0, 0.0)
+        self.lam = np.where(null, 0.0, lam)
+        self.b2 = np.where(null[:, None], 0.0, b2)
         self.yy, self.n, self.r, self.C = float(yy), int(n), G.shape[0], self.b2.shape[1]
 
     def __call__(self, prior_var, noise, grad=False):
