@@ -56,7 +56,7 @@ def test_svi_trace_regulariser_uses_the_data_maximum(batch_size, order_seed):
     n = X.shape[0]
     with torch.no_grad():
         M_data = feat(X).square().sum(1).max()
-    data = {"X": X, "Y": Y, "n": n, "M_prev": -np.inf,
+    data = {"X": X, "Y": Y, "n": n,
             "kappa": reg._prior_vars(feat, X, 1000)}
     loss = reg._svi_loss(feat, state, data, True)
     order = torch.as_tensor(np.random.RandomState(order_seed).permutation(n))
@@ -83,7 +83,7 @@ def test_svi_trace_regulariser_gradient_reaches_the_arg_max():
     kappa = reg._prior_vars(feat, X, 1000)
     j = int(torch.argmax(kappa))
     rows = torch.as_tensor([i for i in range(8) if i != j])
-    data = {"X": X, "Y": Y, "n": n, "M_prev": -np.inf, "kappa": kappa.clone()}
+    data = {"X": X, "Y": Y, "n": n, "kappa": kappa.clone()}
     params = list(reg._test_net.parameters())
     g_loss = torch.autograd.grad(reg._svi_loss(feat, state, data, True)(rows, 0), params)
     # the same loss written out with the arg-max row's |phi|^2 (with its graph) as M

@@ -3,11 +3,13 @@ exact evidence with the features fixed, the posterior conditioned on every row, 
 initialised from the data, and a warning for as many basis functions as rows."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
+from sklearn.exceptions import ConvergenceWarning
 
 from skbnngp import DBKRegressor
 from skbnngp._backend import (BLREvidence, DiagNoiseEvidence, blr_fit_scales,
@@ -79,7 +81,7 @@ def test_fitted_scales_maximise_the_heldout_evidence():
     rng = np.random.RandomState(0)
     rng.randint(np.iinfo(np.int32).max)  # the seed of the network, as in fit
     perm = rng.permutation(120)
-    n_val = math.ceil(0.125 * 120)
+    n_val = math.ceil(reg._validation_fraction() * 120)  # 0.25 ("auto", exact)
     tr = np.sort(perm[n_val:])
     cache = reg._get_cache()
     with torch.no_grad():
@@ -131,8 +133,8 @@ def test_auto_noise_init_and_no_selection_keeps_the_trained_noise():
 
 def test_warns_when_n_basis_reaches_the_training_rows():
     X, y = _data(40)
-    with pytest.warns(UserWarning, match="n_basis=35 >= the 35 training rows"):
-        DBKRegressor(**dict(SMALL, n_basis=35, max_iter=2)).fit(X, y)
+    with pytest.warns(UserWarning, match="n_basis=30 >= the 30 training rows"):
+        DBKRegressor(**dict(SMALL, n_basis=30, max_iter=2)).fit(X, y)
     with pytest.warns(UserWarning, match="n_basis=40 >= the 40 training rows"):
         DBKRegressor(**dict(SMALL, n_basis=40, max_iter=2), early_stopping=False).fit(X, y)
 
@@ -151,3 +153,25 @@ def test_calibrated_on_diabetes():
     coverage = np.mean(np.abs(yte - mean) < 1.96 * std)
     nlpd = -stats.norm(mean, std).logpdf(yte).mean()
     assert 0.88 <= coverage <= 0.99 and nlpd < 5.8
+
+
+def test_validation_fraction_auto_holds_out_a_quarter_for_exact():
+    """Issue 19 item 2: ``validation_fraction="auto"`` holds out 25 % of the rows for exact
+    inference (they choose the noise and the prior scale, measured better than 12.5 %), and
+    the paper's 12.5 % for svi and ``preset="paper"``; seen through the n_basis warning,
+    which counts the training rows."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(80, 2))
+    y = np.sin(3 * X[:, 0]) + 0.1 * rng.normal(size=80)
+    small = dict(n_basis=64, hidden_layer_sizes=(8,), max_iter=2, device="cpu", random_state=0)
+    with pytest.warns(UserWarning, match="the 60 training rows"):
+        DBKRegressor(**small).fit(X, y)
+    for extra in (dict(inference="svi"), dict(validation_fraction=0.125)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # no n_basis warning
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            DBKRegressor(**small, **extra).fit(X, y)  # 70 training rows
+    assert DBKRegressor()._validation_fraction() == 0.25
+    assert DBKRegressor(inference="svi")._validation_fraction() == 0.125
+    assert DBKRegressor(preset="paper")._validation_fraction() == 0.125
+    assert DBKRegressor(validation_fraction=0.4)._validation_fraction() == 0.4
