@@ -7,8 +7,13 @@ import pytest
 from sklearn.datasets import load_iris
 
 from skbnngp import FiDGPClassifier
-from skbnngp._fidgp import (LOG_T_PRIOR_SD, LOG_T_RANGE, auto_batch_size, fit_temperature,
-                            tempered_nll)
+from skbnngp._fidgp import (
+    LOG_T_PRIOR_SD,
+    LOG_T_RANGE,
+    auto_batch_size,
+    fit_temperature,
+    tempered_nll,
+)
 
 pytest.importorskip("zuko")
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
