@@ -68,15 +68,29 @@ def tempered_nll(logits, y, temperature):
 
 #: Range of ``log T`` searched by :func:`fit_temperature`.
 LOG_T_RANGE = (np.log(0.05), np.log(20.0))
+#: Prior std of ``log T`` (a N(0, sd^2) prior): with every validation row classified right
+#: the likelihood alone drives ``T`` to 0 (measured: T at the range's end and test NLL 0.41
+#: and 0.78 on an iris and a wine fold).
+LOG_T_PRIOR_SD = 0.5
 
 
-def fit_temperature(logits, y):
-    """The temperature of smallest validation NLL (bounded 1-D search over ``log T`` in
-    :data:`LOG_T_RANGE`), and that NLL."""
+def auto_batch_size(batch_size, n):
+    """Rows per step: ``batch_size``, or for ``"auto"`` ``min(n, max(100, ceil(n / 8)))``."""
+    if batch_size == "auto":
+        return min(n, max(100, -(-n // 8)))
+    return batch_size
+
+
+def fit_temperature(logits, y, prior_sd=LOG_T_PRIOR_SD):
+    """The temperature of largest posterior: validation NLL (summed) plus a
+    ``N(0, prior_sd^2)`` prior on ``log T`` (None: none), over ``log T`` in
+    :data:`LOG_T_RANGE`; returns ``T`` and the validation NLL (mean) at ``T``."""
     from scipy.optimize import minimize_scalar
 
-    res = minimize_scalar(lambda v: tempered_nll(logits, y, np.exp(v)), bounds=LOG_T_RANGE,
-                          method="bounded", options={"xatol": 1e-4})
+    n = np.asarray(logits).shape[1]
+    penalty = 0.0 if prior_sd is None else 0.5 / (prior_sd * prior_sd * n)
+    res = minimize_scalar(lambda v: tempered_nll(logits, y, np.exp(v)) + penalty * v * v,
+                          bounds=LOG_T_RANGE, method="bounded", options={"xatol": 1e-4})
     t = float(np.exp(res.x))
     return t, tempered_nll(logits, y, t)
 
@@ -162,8 +176,11 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         Weights of the classes in the cross-entropy.
     max_iter : int, default=200
         Epochs.
-    batch_size : int, default=100
-        Rows per gradient step (clipped to the number of rows).
+    batch_size : int or "auto", default="auto"
+        Rows per gradient step (clipped to the number of rows). ``"auto"``:
+        ``min(n, max(100, ceil(n / 8)))`` (100 up to 800 rows, then at most 8 steps per
+        epoch), since a step's cost is mostly fixed (the flows and Matheron draws of every
+        layer), not per row; see the User Guide.
     learning_rate_init : float, default=1e-3
         Adam's learning rate (on every parameter).
     lr_milestones_frac : tuple of float, default=(0.5,)
@@ -212,9 +229,11 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         ``"temperature"``: post-hoc temperature scaling. A stratified ``validation_fraction``
         of the rows is held out of training, and one scalar ``T`` (``temperature_``) is fitted
         by the validation NLL of the predictive; the probabilities then average
-        ``softmax(logits / T)`` over the weight draws. The predicted class of each draw, the
-        network and :meth:`ood_score` do not depend on ``T`` (the network is trained on the
-        other rows). None: ``T = 1`` and every row is used for training.
+        ``softmax(logits / T)`` over the weight draws (``log T`` has a ``N(0, 0.5^2)``
+        prior, without which a validation split classified without error sends ``T`` to
+        0). The predicted class of each draw, the network and :meth:`ood_score` do not
+        depend on ``T`` (the network is trained on the other rows). None: ``T = 1`` and
+        every row is used for training.
     validation_fraction : float in (0, 1), default=0.1
         Rows held out to fit ``T`` (``calibration="temperature"`` only); at least one per
         class.
@@ -312,7 +331,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         "label_smoothing": [Interval(numbers.Real, 0, 1, closed="left")],
         "class_weight": [StrOptions({"balanced"}), dict, None],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
-        "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "batch_size": [Interval(numbers.Integral, 1, None, closed="left"),
+                       StrOptions({"auto"})],
         "learning_rate_init": [Interval(numbers.Real, 0, None, closed="neither")],
         "lr_milestones_frac": [tuple, list],
         "lr_gamma": [Interval(numbers.Real, 0, 1, closed="right")],
@@ -346,7 +366,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                  max_lambda=0.03, learn_lambda=True, lambda_l2=0.0, lambda_lr=None,
                  init_sd_u=1e-3, max_sd_u=0.1, kl_weight=0.1, kl_ml_frac=0.5,
                  kl_anneal_frac=0.25, label_smoothing=0.0, class_weight=None, max_iter=200,
-                 batch_size=100, learning_rate_init=1e-3, lr_milestones_frac=(0.5,),
+                 batch_size="auto", learning_rate_init=1e-3, lr_milestones_frac=(0.5,),
                  lr_gamma=0.1, n_iter_no_change=None, tol=1e-4, n_train_samples=1,
                  n_predict_samples=8, ood_layers=None, ood_method="principal",
                  ood_energy=0.99, ood_projector="mlp",
@@ -632,7 +652,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                                  lr_gamma=self.lr_gamma, extra_groups=extra, device=Xt.device)
         schedule_end = int(round(self.kl_ml_frac * E)) + int(round(self.kl_anneal_frac * E))
         try:
-            res = trainer.fit(n, batch_size=self.batch_size, max_epochs=E, rng=rng,
+            res = trainer.fit(n, batch_size=auto_batch_size(self.batch_size, n),
+                              max_epochs=E, rng=rng,
                               n_iter_no_change=self.n_iter_no_change, tol=self.tol,
                               min_epochs=schedule_end, verbose=self.verbose, label=name)
         finally:

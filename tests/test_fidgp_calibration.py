@@ -7,7 +7,13 @@ import pytest
 from sklearn.datasets import load_iris
 
 from skbnngp import FiDGPClassifier
-from skbnngp._fidgp import LOG_T_RANGE, fit_temperature, tempered_nll
+from skbnngp._fidgp import (
+    LOG_T_PRIOR_SD,
+    LOG_T_RANGE,
+    auto_batch_size,
+    fit_temperature,
+    tempered_nll,
+)
 
 pytest.importorskip("zuko")
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -46,7 +52,7 @@ def test_fitted_temperature_minimises_the_nll_against_a_grid():
     # labels from a softer predictive than the logits': an interior optimum above 1
     p = _softmax(logits.mean(axis=0) / 3)
     y = (rng.random(300)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
-    t, nll = fit_temperature(logits, y)
+    t, nll = fit_temperature(logits, y, prior_sd=None)
     grid = np.exp(np.linspace(*LOG_T_RANGE, 2001))
     losses = np.array([tempered_nll(logits, y, g) for g in grid])
     assert nll == pytest.approx(tempered_nll(logits, y, t), rel=1e-12)
@@ -65,8 +71,33 @@ def test_fitted_temperature_recovers_the_temperature_labels_were_drawn_at(t_true
     z = rng.normal(size=(1, 20000, 3)) * 3
     p = _softmax(z[0] / t_true)
     y = (rng.random(20000)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
-    t, _ = fit_temperature(z, y)
+    t, _ = fit_temperature(z, y)  # the prior weighs 1 / 20,000 of the likelihood
     assert abs(np.log(t / t_true)) < 0.1
+
+
+def test_temperature_prior_keeps_t_away_from_zero_when_validation_is_all_right():
+    # every row right with margin 3: the likelihood alone decreases as T -> 0
+    logits = np.zeros((1, 15, 3))
+    logits[0, :, 0] = 3.0
+    y = np.zeros(15, dtype=int)
+    t_mle, _ = fit_temperature(logits, y, prior_sd=None)
+    assert t_mle < 0.1  # the flat likelihood leaves it near the range's lower end
+    t, _ = fit_temperature(logits, y)
+    # the posterior mode: d/dv [n * nll(e^v)] + v / sd^2 = 0 (checked on a grid)
+    grid = np.linspace(*LOG_T_RANGE, 4001)
+    obj = [15 * tempered_nll(logits, y, np.exp(v)) + 0.5 * v * v / LOG_T_PRIOR_SD**2
+           for v in grid]
+    assert abs(np.log(t) - grid[int(np.argmin(obj))]) < 2 * (grid[1] - grid[0])
+    assert 0.2 < t < 1
+
+
+def test_auto_batch_size_caps_the_steps_per_epoch():
+    assert auto_batch_size("auto", 50) == 50
+    assert auto_batch_size("auto", 800) == 100
+    assert auto_batch_size("auto", 1437) == 180  # digits' 5-fold training rows: 8 steps
+    assert auto_batch_size(32, 1437) == 32
+    for n in (801, 1000, 5000, 60000):
+        assert -(-n // auto_batch_size("auto", n)) <= 8
 
 
 # ============================================================ the estimator
@@ -105,9 +136,14 @@ def test_fitted_temperature_is_the_validation_minimiser(fitted):
     np.testing.assert_allclose(clf._x_offset, X[train].mean(axis=0), rtol=1e-12)
     logits = clf._draw_logits(clf._input(X[val]), clf.n_predict_samples,
                               clf._predict_seed).numpy()
-    grid = np.exp(np.linspace(*LOG_T_RANGE, 801))
-    losses = [tempered_nll(logits, y[val], g) for g in grid]
-    assert clf.validation_nll_ <= min(losses) + 1e-9
+    n_val = len(val)
+    grid = np.linspace(*LOG_T_RANGE, 801)
+    obj = [tempered_nll(logits, y[val], np.exp(v)) + 0.5 * v * v / (LOG_T_PRIOR_SD**2 * n_val)
+           for v in grid]
+    v = np.log(clf.temperature_)
+    mine = tempered_nll(logits, y[val], clf.temperature_) + 0.5 * v * v / (
+        LOG_T_PRIOR_SD**2 * n_val)
+    assert mine <= min(obj) + 1e-9
     assert clf.validation_nll_ == pytest.approx(tempered_nll(logits, y[val], clf.temperature_))
 
 
