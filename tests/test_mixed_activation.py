@@ -247,11 +247,14 @@ def test_normalize_y_affine_equivariance():
     r1 = MixedActivationGPRegressor(**kw).fit(X, y)
     with pytest.warns(ConvergenceWarning):
         r2 = MixedActivationGPRegressor(**kw).fit(X, -3.0 * y + 7.0)
-    np.testing.assert_allclose(r2.theta_, r1.theta_, rtol=1e-10, atol=1e-12)
+    # The standardised targets agree up to sign and rounding (~1e-16); ten L-BFGS steps with
+    # line searches amplify that rounding to ~2e-10 relative under some thread counts (seen
+    # with OMP_NUM_THREADS=1). 1e-7 still fails by orders of magnitude for a wrong scaling.
+    np.testing.assert_allclose(r2.theta_, r1.theta_, rtol=1e-7, atol=1e-9)
     m1, s1 = r1.predict(X[:5], return_std=True)
     m2, s2 = r2.predict(X[:5], return_std=True)
-    np.testing.assert_allclose(m2, -3.0 * m1 + 7.0, rtol=1e-10)
-    np.testing.assert_allclose(s2, 3.0 * s1, rtol=1e-10)
+    np.testing.assert_allclose(m2, -3.0 * m1 + 7.0, rtol=1e-7)
+    np.testing.assert_allclose(s2, 3.0 * s1, rtol=1e-7)
 
 
 def test_paper_preset_barely_moves():
