@@ -8,7 +8,7 @@ recorded. The table gives the warnings (none expected), the fit time and the tra
 
 Usage::
 
-    python benchmarks/check_default_fits.py          # about 10 min on 2 cores
+    python benchmarks/check_default_fits.py          # about 2 min on 2 cores
 
 Writes ``benchmarks/results/check_default_fits.{json,md}`` and exits with status 1 when a fit
 warned or failed.
