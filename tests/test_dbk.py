@@ -23,6 +23,7 @@ from skbnngp._backend import BLRPosterior, blr_log_evidence, blr_posterior, blr_
 from skbnngp._dbk import exact_objective, kl_to_prior, svi_objective, trace_penalty
 from skbnngp.datasets import make_step_1d, step_function_1d
 
+from ._dbk_dense import assert_matches_dense_corrected_gp
 from ._promise import assert_same_predictions
 
 DT = torch.float64
@@ -255,21 +256,8 @@ def test_exact_posterior_matches_dense_gp_on_the_fitted_features():
     X, y = _data(n=40)
     reg = DBKRegressor(**SMALL, early_stopping=False, normalize_y=False,
                        random_state=0).fit(X, y)
-    cache = reg._get_cache()
-    with torch.no_grad():
-        Phi = cache["feat"](torch.as_tensor(reg._scale_X(X)))
-        Ps = cache["feat"](torch.as_tensor(reg._scale_X(X[:5] + 0.3)))
-    s2, kappa = reg.noise_variance_, Phi.square().sum(1)
-    M = kappa.max()
-    K = Phi @ Phi.T + torch.diag(M - kappa) + s2 * torch.eye(40, dtype=DT)
-    ks = Ps @ Phi.T
-    dm = ks @ torch.linalg.solve(K, torch.as_tensor(y, dtype=DT))
-    dv = (torch.maximum(Ps.square().sum(1), M) - (ks * torch.linalg.solve(K, ks.T).T).sum(1)
-          + s2)
-    mean, std = reg.predict(X[:5] + 0.3, return_std=True)
-    np.testing.assert_allclose(mean, dm.numpy(), rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(std ** 2, dv.numpy(), rtol=1e-8)
-    assert reg.max_prior_var_ == pytest.approx(float(M))
+    M = assert_matches_dense_corrected_gp(reg, X, y, X[:5] + 0.3)
+    assert reg.max_prior_var_ == pytest.approx(M)
     assert reg.log_marginal_likelihood() == pytest.approx(reg.log_marginal_likelihood(X, y))
 
 

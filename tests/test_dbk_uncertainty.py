@@ -15,6 +15,8 @@ from skbnngp import DBKRegressor
 from skbnngp._backend import (BLREvidence, DiagNoiseEvidence, blr_fit_scales,
                               blr_log_evidence)
 
+from ._dbk_dense import assert_matches_dense_corrected_gp
+
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 DT = torch.float64
 SMALL = dict(n_basis=8, hidden_layer_sizes=(16,), max_iter=30, device="cpu", random_state=0)
@@ -104,20 +106,7 @@ def test_posterior_conditions_on_every_row():
     and validation) with the fitted features, noise and prior scale."""
     X, y = _data(60)
     reg = DBKRegressor(**SMALL, normalize_y=False).fit(X, y)
-    cache = reg._get_cache()
-    with torch.no_grad():
-        Phi = cache["feat"](torch.as_tensor(reg._scale_X(X)))
-        Ps = cache["feat"](torch.as_tensor(reg._scale_X(X[:5] + 0.3)))
-    s2, kappa = reg.noise_variance_, Phi.square().sum(1)
-    M = kappa.max()
-    K = Phi @ Phi.T + torch.diag(M - kappa) + s2 * torch.eye(60, dtype=DT)
-    ks = Ps @ Phi.T
-    dm = ks @ torch.linalg.solve(K, torch.as_tensor(y, dtype=DT))
-    dv = (torch.maximum(Ps.square().sum(1), M) - (ks * torch.linalg.solve(K, ks.T).T).sum(1)
-          + s2)
-    mean, std = reg.predict(X[:5] + 0.3, return_std=True)
-    np.testing.assert_allclose(mean, dm.numpy(), rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(std ** 2, dv.numpy(), rtol=1e-8)
+    assert_matches_dense_corrected_gp(reg, X, y, X[:5] + 0.3)
     assert reg.n_samples_seen_ == 60
 
 
