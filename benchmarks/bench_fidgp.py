@@ -1,6 +1,7 @@
 """Benchmark: FiDGPClassifier's OoD score on three tasks and its calibration on four sets.
 
-OoD (one stratified 70/30 split per task, OoD = positive class of the AUROC):
+OoD (a stratified 70/30 split per task and seed, five seeds by default, OoD = positive class
+of the AUROC; the seed sets the split, the corruptions and every model's random_state):
 
 * (i) digits: trained on classes 0-4, OoD = every image of 5-9;
 * (ii) digits: trained on all classes, OoD = the test images inverted (16 - x), pixel-shuffled
@@ -21,8 +22,8 @@ and sklearn's GaussianProcessClassifier; and FiD-GP with ``layer_budget`` (compr
 
 Usage::
 
-    python benchmarks/bench_fidgp.py                  # ~15 min on one core
-    python benchmarks/bench_fidgp.py --skip-calibration
+    python benchmarks/bench_fidgp.py                  # ~20 min on one core
+    python benchmarks/bench_fidgp.py --skip-calibration --skip-previous --seeds 0 1 2 3 4
 
 Writes ``benchmarks/results/bench_fidgp.{json,md}``.
 """
@@ -49,23 +50,24 @@ HIDDEN = (64, 64)
 OLD = dict(inducing_rows=32, kl_weight=1.0, label_smoothing=0.05, ood_method="gradient")
 
 
-def ood_tasks():
+def ood_tasks(seed=0):
     from sklearn.datasets import load_breast_cancer, load_digits
     from sklearn.model_selection import train_test_split
-    rng = np.random.RandomState(0)
+    rng = np.random.RandomState(seed)
     X, y = load_digits(return_X_y=True)
     ind = y < 5
-    Xtr, Xte, ytr, yte = train_test_split(X[ind], y[ind], test_size=0.3, random_state=0,
+    Xtr, Xte, ytr, yte = train_test_split(X[ind], y[ind], test_size=0.3, random_state=seed,
                                           stratify=y[ind])
     yield "digits 0-4 vs 5-9", Xtr, ytr, Xte, yte, {"digits 5-9": X[~ind]}
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
     yield "digits vs corrupted", Xtr, ytr, Xte, yte, {
         "inverted": 16 - Xte,
         "pixel-shuffled": np.array([r[rng.permutation(64)] for r in Xte]),
         "Gaussian noise": np.clip(Xtr.mean(0) + Xtr.std(0) * rng.standard_normal(Xte.shape),
                                   0, 16)}
     Xb, yb = load_breast_cancer(return_X_y=True)
-    Xtr, Xte, ytr, yte = train_test_split(Xb, yb, test_size=0.3, random_state=0, stratify=yb)
+    Xtr, Xte, ytr, yte = train_test_split(Xb, yb, test_size=0.3, random_state=seed,
+                                          stratify=yb)
     mu, sd = Xtr.mean(0), Xtr.std(0)
     shifted = Xte.copy()
     cols = rng.choice(30, 10, replace=False)
@@ -106,9 +108,9 @@ def entropy(p):
     return -(p * np.log(np.clip(p, 1e-300, 1))).sum(1)
 
 
-def fidgp(**params):
+def fidgp(seed=0, **params):
     from skbnngp import FiDGPClassifier
-    return FiDGPClassifier(device="cpu", random_state=0, **params)
+    return FiDGPClassifier(device="cpu", random_state=seed, **params)
 
 
 def refit_ood(clf, Xtr, method):
@@ -134,21 +136,30 @@ def mlps(Xtr, ytr, seeds):
             HIDDEN, max_iter=300, random_state=int(s))).fit(Xtr, ytr) for s in seeds]
 
 
-def run_ood(params):
+def run_ood(params, seeds=(0,)):
     out = []
-    for task, Xtr, ytr, Xte, yte, oods in ood_tasks():
+    for seed in seeds:
+        out += _run_ood_seed(params, seed)
+        if params:  # the previous defaults: task (i), seed 0 only
+            break
+    return out
+
+
+def _run_ood_seed(params, seed):
+    out = []
+    for task, Xtr, ytr, Xte, yte, oods in ood_tasks(seed):
         K = len(np.unique(ytr))
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            clf = fidgp(**params).fit(Xtr, ytr)
+            clf = fidgp(seed, **params).fit(Xtr, ytr)
         fit_s = time.perf_counter() - t0
         alt = refit_ood(clf, Xtr, "inducing") if clf.ood_method_ != "inducing" else None
-        mlp = mlps(Xtr, ytr, [0])[0]
-        ens = mlps(Xtr, ytr, range(1, 6))
+        mlp = mlps(Xtr, ytr, [10 * seed])[0]
+        ens = mlps(Xtr, ytr, range(10 * seed + 1, 10 * seed + 6))
         p_in = clf.predict_proba(Xte)
         m_in, e_in = mlp.predict_proba(Xte), np.mean([m.predict_proba(Xte) for m in ens], 0)
-        row = dict(task=task, fit_s=fit_s, n_parameters=clf.n_parameters_,
+        row = dict(task=task, seed=seed, fit_s=fit_s, n_parameters=clf.n_parameters_,
                    ood_ranks=clf.ood_ranks_, widths=[clf.inducing_matrices_[0].shape],
                    fidgp=scores(p_in, yte, K), mlp=scores(m_in, yte, K),
                    ensemble=scores(e_in, yte, K), ood={})
@@ -214,6 +225,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-calibration", action="store_true")
     ap.add_argument("--skip-ood", action="store_true")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                    help="seeds of the OoD tasks (split, corruptions, models)")
+    ap.add_argument("--skip-previous", action="store_true",
+                    help="keep the stored run of the previous defaults instead of re-running it")
     ap.add_argument("--budget", type=float, default=0.5,
                     help="layer_budget of the compressed FiD-GP in the calibration table")
     args = ap.parse_args()
@@ -222,8 +237,9 @@ def main():
     if result.get("version") != 2:
         result = {"version": 2}
     if not args.skip_ood:
-        result["ood"] = run_ood({})
-        result["ood_before"] = run_ood(OLD)
+        result["ood"] = run_ood({}, args.seeds)
+        if not args.skip_previous or "ood_before" not in result:
+            result["ood_before"] = run_ood(OLD)
     if not args.skip_calibration:
         result["calibration"] = run_calibration(budget=args.budget)
         result["budget"] = args.budget
@@ -235,29 +251,68 @@ def main():
     print(md)
 
 
+def ood_summary(rows):
+    """Markdown lines: each OoD set's AUROC as mean and range over the seeds, how often
+    ``ood_score`` beats each peer, and the accuracy gap to the MLP per task."""
+    seeds = sorted({row.get("seed", 0) for row in rows})
+    L = [f"## Summary over {len(seeds)} seed(s) ({', '.join(map(str, seeds))})", "",
+         "AUROC mean (min-max) over the seeds; wins: seeds where `ood_score` is above the "
+         "peer.", "",
+         "| task | OoD set | ood_score | FiD-GP max-softmax | 5-MLP ensemble entropy | "
+         "wins vs max-softmax | wins vs ensemble |", "|---|---|---|---|---|---|---|"]
+    sets = {}
+    for row in rows:
+        for name, a in row["ood"].items():
+            sets.setdefault((row["task"], name), []).append(a)
+
+    def cell(v):
+        return f"{np.mean(v):.3f} ({min(v):.3f}-{max(v):.3f})"
+    for (task, name), runs in sets.items():
+        own = [a["ood_score"] for a in runs]
+        ms, en = [a["max_softmax"] for a in runs], [a["ensemble_entropy"] for a in runs]
+        L.append(f"| {task} | {name} | {cell(own)} | {cell(ms)} | {cell(en)} | "
+                 f"{sum(o > b for o, b in zip(own, ms))}/{len(runs)} | "
+                 f"{sum(o > b for o, b in zip(own, en))}/{len(runs)} |")
+    L += ["", "| task | FiD-GP accuracy | MLP accuracy | FiD-GP minus MLP, points (min-max) |",
+          "|---|---|---|---|"]
+    for task in dict.fromkeys(row["task"] for row in rows):
+        f = [row["fidgp"]["accuracy"] for row in rows if row["task"] == task]
+        m = [row["mlp"]["accuracy"] for row in rows if row["task"] == task]
+        d = [100 * (a - b) for a, b in zip(f, m)]
+        L.append(f"| {task} | {np.mean(f):.3f} | {np.mean(m):.3f} | {np.mean(d):+.1f} "
+                 f"({min(d):+.1f} to {max(d):+.1f}) |")
+    return L + [""]
+
+
 def markdown(r):
     L = ["# bench_fidgp: OoD on three tasks, calibration on four sets", "",
-         f"torch {r['torch']}, {r['threads']} CPU thread(s); one split / seed 0 per OoD task.",
-         ""]
+         f"torch {r['torch']}, {r['threads']} CPU thread(s); one split per OoD task and seed "
+         "(the previous defaults: seed 0 only).", ""]
+    if "ood" in r:
+        L += ood_summary(r["ood"])
     for label, key in [("FiD-GP defaults", "ood"), ("previous defaults (R = C = 32, "
                                                      "kl_weight=1, label_smoothing=0.05, "
                                                      "gradient score)", "ood_before")]:
         if key not in r:
             continue
-        L += [f"## OoD AUROC, {label}", "",
-              "| task | OoD set | ood_score | ood_score (inducing subspace) | FiD-GP max-softmax "
-              "| MLP max-softmax | 5-MLP ensemble entropy |", "|---|---|---|---|---|---|---|"]
+        L += [f"## OoD AUROC per seed, {label}", "",
+              "| task | seed | OoD set | ood_score | ood_score (inducing subspace) | FiD-GP "
+              "max-softmax | MLP max-softmax | 5-MLP ensemble entropy |",
+              "|---|---|---|---|---|---|---|---|"]
         for row in r[key]:
             for name, a in row["ood"].items():
                 ind = "-" if a["ood_score_inducing"] is None else f"{a['ood_score_inducing']:.3f}"
-                L.append(f"| {row['task']} | {name} | {a['ood_score']:.3f} | {ind} | "
+                L.append(f"| {row['task']} | {row.get('seed', 0)} | {name} | "
+                         f"{a['ood_score']:.3f} | {ind} | "
                          f"{a['max_softmax']:.3f} | {a['mlp_max_softmax']:.3f} | "
                          f"{a['ensemble_entropy']:.3f} |")
-        L += ["", "| task | FiD-GP acc | MLP acc | ensemble acc | FiD-GP NLL | FiD-GP ECE | "
-              "parameters | subspace ranks | fit s |", "|---|---|---|---|---|---|---|---|---|"]
+        L += ["", "| task | seed | FiD-GP acc | MLP acc | ensemble acc | FiD-GP NLL | FiD-GP "
+              "ECE | parameters | subspace ranks | fit s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
         for row in r[key]:
             f, m, e = row["fidgp"], row["mlp"], row["ensemble"]
-            L.append(f"| {row['task']} | {f['accuracy']:.3f} | {m['accuracy']:.3f} | "
+            L.append(f"| {row['task']} | {row.get('seed', 0)} | {f['accuracy']:.3f} | "
+                     f"{m['accuracy']:.3f} | "
                      f"{e['accuracy']:.3f} | {f['nll']:.3f} | {f['ece']:.3f} | "
                      f"{row['n_parameters']:,} | {row['ood_ranks']} | {row['fit_s']:.0f} |")
         L.append("")

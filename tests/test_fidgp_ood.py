@@ -1,6 +1,8 @@
 """FiDGPClassifier's OoD score is sound at the defaults (issue 20 item 2) and the compression
 option keeps each FiD-GP layer under its budget (issue 20 item 3)."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -27,7 +29,7 @@ def subspace_blobs(n, seed, d=40, k=4):
 def toy():
     X, y = subspace_blobs(300, 1)
     clf = FiDGPClassifier(max_iter=30, batch_size=100, learning_rate_init=1e-2,
-                          random_state=0, device="cpu").fit(X, y)
+                          ood_method="principal", random_state=0, device="cpu").fit(X, y)
     return clf, X
 
 
@@ -69,6 +71,14 @@ def test_score_is_lower_in_distribution_than_off_the_data_subspace(toy):
     assert auc > 0.95 and np.median(s_in) < 0.5 * np.median(s_off)
     # scale-free: far along the data subspace is not OoD, far off it is
     assert np.median(clf.ood_score(10 * X_in)) < np.median(s_off)
+    # the default ("combined") adds the inducing residual, larger in distribution, and
+    # still separates
+    comb = copy.deepcopy(clf).set_params(ood_method="combined")
+    comb._fit_ood(comb.model_, as_tensor(comb._scale(X_in), comb.device_, comb._dtype),
+                  np.random.RandomState(0), 1)
+    c_in, c_off = comb.ood_score(X_in), comb.ood_score(X_off)
+    assert roc_auc_score(np.r_[np.zeros(200), np.ones(200)], np.r_[c_in, c_off]) > 0.95
+    assert np.median(c_in) < 0.7 * np.median(c_off)
 
 
 def test_inducing_subspace_is_the_row_space_of_the_mean_weight():
@@ -110,3 +120,29 @@ def test_parameter_formula_counts_every_flow_step():
     (R0, C0), (R1, C1) = clf.inducing_shapes_
     assert clf.n_parameters_ == (layer_parameter_count(8, 41, R0, C0, flow_length=2)
                                  + layer_parameter_count(2, 9, R1, C1, flow_length=2))
+
+
+def test_combined_score_is_the_mean_of_principal_and_inducing():
+    """ood_method="combined" on one fitted network: the mean of the "principal" and the
+    "inducing" scores, with both sets of ranks, and it survives a pickle round trip."""
+    import pickle
+
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:400], y[:400]
+    clf = FiDGPClassifier(hidden_layer_sizes=(16,), max_iter=5, random_state=0, device="cpu",
+                          ood_method="combined").fit(X, y)
+    Xt = as_tensor(clf._scale(X), clf.device_, clf._dtype)
+    scores, ranks = {}, {}
+    for method in ("combined", "principal", "inducing"):  # one weight draw for all three
+        other = copy.deepcopy(clf).set_params(ood_method=method)
+        other._fit_ood(other.model_, Xt, np.random.RandomState(0), 1)
+        scores[method], ranks[method] = other.ood_score(X[:50]), other.ood_ranks_
+    assert ranks["combined"] == ranks["principal"] + ranks["inducing"]
+    assert len(clf.ood_ranks_) == 2 and clf.ood_method_ == "combined"
+    combined = scores["combined"]
+    np.testing.assert_allclose(combined, 0.5 * (scores["principal"] + scores["inducing"]),
+                               rtol=1e-5, atol=1e-7)
+    assert not np.allclose(scores["principal"], scores["inducing"], rtol=1e-2)
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(clf)).ood_score(X[:50]),
+                               clf.ood_score(X[:50]), rtol=1e-10)
