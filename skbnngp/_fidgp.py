@@ -167,12 +167,12 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         see the user guide). None: ``learning_rate_init``.
     init_sd_u, max_sd_u : float, default=1e-3, 0.1
         Initial value and upper clamp of the base posterior std over the inducing matrix.
-    kl_weight : float, default=1.0
-        Final weight of the KL term.
+    kl_weight : float, default=0.1
+        Final weight of the KL term (the paper: 1; see the User Guide for the measurement).
     kl_ml_frac, kl_anneal_frac : float, default=0.5, 0.25
         The KL is off for the first ``kl_ml_frac`` of the epochs, then ramps linearly to
         ``kl_weight`` over the next ``kl_anneal_frac``.
-    label_smoothing : float, default=0.05
+    label_smoothing : float, default=0.0
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes in the cross-entropy.
     max_iter : int, default=200
