@@ -182,8 +182,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         ``min(n, max(100, ceil(n / 8)))`` (100 up to 800 rows, then at most 8 steps per
         epoch), since a step's cost is mostly fixed (the flows and Matheron draws of every
         layer), not per row; see the User Guide.
-    learning_rate_init : float, default=1e-3
-        Adam's learning rate (on every parameter).
+    learning_rate_init : float, default=3e-3
+        Adam's learning rate (on every parameter). The paper's 1e-3 left the ten-class digits
+        1.4 points below an MLP; 3e-3 measured better in accuracy and NLL on digits and no
+        worse in NLL on the small sets (User Guide, "Defaults changed by measurement").
     lr_milestones_frac : tuple of float, default=(0.5,)
         Fractions of ``max_iter`` after which the learning rate is multiplied by ``lr_gamma``.
     lr_gamma : float, default=0.1
@@ -377,7 +379,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                  max_lambda=0.03, learn_lambda=True, lambda_l2=0.0, lambda_lr=None,
                  init_sd_u=1e-3, max_sd_u=0.1, kl_weight=0.1, kl_ml_frac=0.5,
                  kl_anneal_frac=0.25, label_smoothing=0.0, class_weight=None, max_iter=200,
-                 batch_size="auto", learning_rate_init=1e-3, lr_milestones_frac=(0.5,),
+                 batch_size="auto", learning_rate_init=3e-3, lr_milestones_frac=(0.5,),
                  lr_gamma=0.1, n_iter_no_change=None, tol=1e-4, n_train_samples=1,
                  n_predict_samples=8, ood_layers=None, ood_method="combined",
                  ood_energy=0.99, ood_projector="mlp",
