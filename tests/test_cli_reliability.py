@@ -30,6 +30,17 @@ ARGS = ["compare", "iris", "-e", "gpc", "--folds", "2", "--n-jobs", "1", "-q"]
 
 
 @pytest.mark.parametrize("name", compare_run.OUTPUT_FILES)
+
+def _sigint_child_env():
+    """Environment of a ``compare`` child that a test interrupts: one thread, this checkout
+    first on the path (skips on Windows, where SIGINT cannot be sent to a child)."""
+    if sys.platform == "win32":
+        pytest.skip("SIGINT to a child process is POSIX")
+    return dict(os.environ, OMP_NUM_THREADS="1",
+                PYTHONPATH=os.pathsep.join(filter(None, [
+                    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    os.environ.get("PYTHONPATH")])))
+
 def test_a_directory_named_like_a_report_is_refused_before_any_fit(tmp_path, no_fit, name):
     (tmp_path / name).mkdir()
     status, out, err = _run(ARGS + ["-o", str(tmp_path)])
@@ -97,12 +108,7 @@ def test_ctrl_c_during_the_folds_writes_an_incomplete_report_and_exits_130(tmp_p
     import subprocess
     import time
 
-    if sys.platform == "win32":
-        pytest.skip("SIGINT to a child process is POSIX")
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [
-                   os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                   os.environ.get("PYTHONPATH")])))
+    env = _sigint_child_env()
     err_path = tmp_path / "stderr.txt"
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -176,12 +182,7 @@ def test_ctrl_c_during_the_pilot_fits_writes_an_empty_incomplete_report(tmp_path
     import subprocess
     import time
 
-    if sys.platform == "win32":
-        pytest.skip("SIGINT to a child process is POSIX")
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [
-                   os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                   os.environ.get("PYTHONPATH")])))
+    env = _sigint_child_env()
     err_path = tmp_path / "stderr.txt"
     out_dir = tmp_path / "out"
     with open(err_path, "w") as err_file:
