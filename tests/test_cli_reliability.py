@@ -26,11 +26,6 @@ def no_fit(monkeypatch):
     monkeypatch.setattr(compare_run, "_pilot_time", boom)
 
 
-ARGS = ["compare", "iris", "-e", "gpc", "--folds", "2", "--n-jobs", "1", "-q"]
-
-
-@pytest.mark.parametrize("name", compare_run.OUTPUT_FILES)
-
 def _sigint_child_env():
     """Environment of a ``compare`` child that a test interrupts: one thread, this checkout
     first on the path (skips on Windows, where SIGINT cannot be sent to a child)."""
@@ -41,6 +36,11 @@ def _sigint_child_env():
                     os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     os.environ.get("PYTHONPATH")])))
 
+
+ARGS = ["compare", "iris", "-e", "gpc", "--folds", "2", "--n-jobs", "1", "-q"]
+
+
+@pytest.mark.parametrize("name", compare_run.OUTPUT_FILES)
 def test_a_directory_named_like_a_report_is_refused_before_any_fit(tmp_path, no_fit, name):
     (tmp_path / name).mkdir()
     status, out, err = _run(ARGS + ["-o", str(tmp_path)])
