@@ -244,7 +244,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         the evidence of the validation rows given the training rows
         (``log p(y_all) - log p(y_train)``; the full evidence without early stopping),
         ``"evidence"`` the evidence of all rows, ``None`` keeps the trained noise and
-        ``a = 1``. O(n r^2) per evaluation of a two-parameter problem.
+        ``a = 1``. O(n r^2) per evaluation of a two-parameter problem. With ``"heldout"``
+        the noise is at least 0.1 of the held-out rows' mean squared error under the
+        trained model, so that it cannot collapse to ``noise_lower_bound`` (User Guide,
+        "Calibration").
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows, score the predictive NLL on them every
         ``validation_interval`` epochs, stop after ``n_iter_no_change`` epochs without
