@@ -62,15 +62,28 @@ _HELDOUT_NOISE_FLOOR = 0.1
 
 def _heldout_mse(Phi, Y, k, noise, c=None):
     """Mean squared error on rows ``k:`` of the posterior mean given rows ``:k`` of the
-    Bayesian linear model ``Y = Phi w + e``, ``w ~ N(0, I)``, ``e_i ~ N(0, noise + c_i)``
-    (float64, O(n r^2))."""
-    d = (torch.full((k,), noise, dtype=Phi.dtype, device=Phi.device) if c is None
-         else noise + c[:k])
-    A = Phi[:k] / d[:, None]
-    G = Phi[:k].T @ A + torch.eye(Phi.shape[1], dtype=Phi.dtype, device=Phi.device)
-    L = torch.linalg.cholesky(G)
-    W = torch.cholesky_solve(A.T @ Y[:k], L)
-    return float((Y[k:] - Phi[k:] @ W).square().mean())
+    Bayesian linear model ``Y = Phi w + e``, ``w ~ N(0, I)``, ``e_i ~ N(0, noise + c_i)``:
+    the backend's weighted statistics and posterior (weights ``1 / (noise + c_i)``, unit
+    prior), O(n r^2)."""
+    d = torch.full((k,), noise, dtype=Phi.dtype, device=Phi.device)
+    if c is not None:
+        d = d + c[:k]
+    G, B = blr_stats(Phi[:k], Y[:k], d.reciprocal())
+    mean = blr_posterior(G, B, 1.0, context="held-out noise floor").mean
+    return float((Y[k:] - Phi[k:] @ mean).square().mean())
+
+
+def _choose_scales(Phi, Y, c, noise, k, noise_lower_bound):
+    """``(prior_scale, noise)`` maximising the exact evidence of the kernel
+    ``a (Phi Phi^T + diag(c)) + noise I``: of all rows, or with ``k`` the evidence of rows
+    ``k:`` given rows ``:k`` (held out), the noise then floored at
+    :data:`_HELDOUT_NOISE_FLOOR` times their mean squared error under the trained model."""
+    cond, floor = None, noise_lower_bound
+    if k is not None:
+        cond = DiagNoiseEvidence(Phi[:k], Y[:k], None if c is None else c[:k])
+        floor = max(floor, _HELDOUT_NOISE_FLOOR * _heldout_mse(Phi, Y, k, noise, c))
+    return blr_fit_scales(DiagNoiseEvidence(Phi, Y, c), 1.0, max(noise, floor),
+                          condition=cond, noise_lower_bound=floor)
 
 
 class _NoPartialFit(AttributeError, ValueError):
@@ -764,18 +777,11 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                     Phi = self._features(feat, Xall, chunk).double()  # float64 always
                     kappa = Phi.square().sum(1)
                     c = (kappa.max() - kappa) if correction else None
-                    ev = DiagNoiseEvidence(Phi, Yall.double(), c)
-                    cond = None
-                    floor = self.noise_lower_bound
-                    if self.scale_selection == "heldout" and va is not None:
-                        k = len(tr)
-                        cond = DiagNoiseEvidence(Phi[:k], Yall[:k].double(),
-                                                 None if c is None else c[:k])
-                        floor = max(floor, _HELDOUT_NOISE_FLOOR * _heldout_mse(
-                            Phi, Yall.double(), k, float(s2), c))
-                    a, s2_new = blr_fit_scales(ev, 1.0, max(float(s2), floor),
-                                               condition=cond, noise_lower_bound=floor)
-                    del Phi, kappa, c, ev, cond
+                    heldout = self.scale_selection == "heldout" and va is not None
+                    a, s2_new = _choose_scales(Phi, Yall.double(), c, float(s2),
+                                               len(tr) if heldout else None,
+                                               self.noise_lower_bound)
+                    del Phi, kappa, c
                 ev_all = self._evidence(feat, Xall, Yall, chunk)
                 self.prior_scale_ = a
                 scale = scale * math.sqrt(a)
