@@ -211,14 +211,11 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         ``"inducing"``, the row space of the layer's mean inducing weight ``U T_col^T``
         (rank R); ``"combined"``, the mean of those two scores (the principal subspace
         catches inputs unlike the training inputs, the inducing one inputs the weights do
-        not respond to, such as inverted or pixel-shuffled digits). The default: over the six
-        OoD sets of ``benchmarks/bench_fidgp.py`` and seeds 0-4 (where it was chosen) it
-        beat a 5-MLP ensemble on 30 of 30 against 25 for ``"principal"``; on seeds 5-6,
-        not used to choose, 10 of 12 for both, its two losses by at most 0.004 AUROC and
-        ``"principal"``'s by 0.015-0.030; lowest AUROC over the seven seeds 0.90 against
-        0.48 (inverted digits). ``"gradient"`` is the paper's
-        Algorithm 2 (projected feature-gradients off the ridge row space of ``U``),
-        normalised by ``||f||``.
+        not respond to, such as inverted or pixel-shuffled digits); the default, because
+        ``"principal"`` alone fell to AUROC 0.48 on inverted digits on one of seven seeds
+        of ``benchmarks/bench_fidgp.py`` (User Guide, "The OoD score"). ``"gradient"`` is
+        the paper's Algorithm 2 (projected feature-gradients off the ridge row space of
+        ``U``), normalised by ``||f||``.
     ood_energy : float in (0, 1), default=0.99
         Fraction of the training inputs' energy that the ``"principal"`` subspace keeps.
     ood_projector : {"mlp", "linear"}, default="mlp"
