@@ -76,12 +76,26 @@ def _heldout_mse(Phi, Y, k, noise, c=None):
 def _choose_scales(Phi, Y, c, noise, k, noise_lower_bound):
     """``(prior_scale, noise)`` maximising the exact evidence of the kernel
     ``a (Phi Phi^T + diag(c)) + noise I``: of all rows, or with ``k`` the evidence of rows
-    ``k:`` given rows ``:k`` (held out), the noise then floored at
-    :data:`_HELDOUT_NOISE_FLOOR` times their mean squared error under the trained model."""
+    ``k:`` given rows ``:k`` (held out), the noise then floored at the larger of
+    :data:`_HELDOUT_NOISE_FLOOR` times their mean squared error under the trained model and
+    the noise that the evidence of all rows chooses.
+
+    The second floor: on the heavy-tailed (Cauchy-noise) benchmark set a 48-row validation
+    split without outliers chose a noise of 0.007 against 0.038 from all rows (fold NLPD
+    7.68 against sklearn's GP's 4.73). With it the 5-fold NLPD moved 5.478 -> 5.438 (fold
+    seed 0) and 5.625 -> 5.210 (fold seed 1, not tuned on), step -0.670 -> -0.722 and
+    -0.732 -> -0.751 (its 95 % coverage 0.893 -> 0.920); no other set moved by more than
+    0.011 and the extrapolation splits not at all (the evidence of all rows, whose features
+    were fitted to most of them, rarely asks for more noise than the held-out rows)."""
     cond, floor = None, noise_lower_bound
     if k is not None:
         cond = DiagNoiseEvidence(Phi[:k], Y[:k], None if c is None else c[:k])
         floor = max(floor, _HELDOUT_NOISE_FLOOR * _heldout_mse(Phi, Y, k, noise, c))
+        # and at least the noise of the evidence of all rows: a small validation split
+        # that misses the outliers of heavy-tailed noise sends the held-out choice far
+        # below it (see the docstring)
+        floor = max(floor, blr_fit_scales(DiagNoiseEvidence(Phi, Y, c), 1.0, noise,
+                                          noise_lower_bound=noise_lower_bound)[1])
     return blr_fit_scales(DiagNoiseEvidence(Phi, Y, c), 1.0, max(noise, floor),
                           condition=cond, noise_lower_bound=floor)
 
@@ -259,8 +273,9 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         ``"evidence"`` the evidence of all rows, ``None`` keeps the trained noise and
         ``a = 1``. O(n r^2) per evaluation of a two-parameter problem. With ``"heldout"``
         the noise is at least 0.1 of the held-out rows' mean squared error under the
-        trained model, so that it cannot collapse to ``noise_lower_bound`` (User Guide,
-        "Calibration").
+        trained model, so that it cannot collapse to ``noise_lower_bound``, and at least
+        the noise the evidence of all rows chooses, so that a validation split that misses
+        the outliers of heavy-tailed noise cannot shrink it (User Guide, "Calibration").
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows, score the predictive NLL on them every
         ``validation_interval`` epochs, stop after ``n_iter_no_change`` epochs without
