@@ -100,17 +100,47 @@ def test_layer_budget_makes_each_layer_smaller_than_the_dense_one(budget):
     clf = FiDGPClassifier(layer_budget=budget, max_iter=2, ood_projector_steps=2,
                           random_state=0, device="cpu").fit(X, y)
     widths = clf.model_plan_["widths"]
+    n_lin = len(widths) - 1
     total = 0
     for i, layer in clf.model_.inducing_layers():
         d_out, d_in = widths[i + 1], widths[i] + 1
-        # under the budget, or as small as a FiD-GP layer gets (a 2-class output layer at
-        # 0.5 needs fewer than d_in + 7 parameters)
-        assert layer.n_parameters() <= budget * d_out * d_in or clf.inducing_shapes_[i] == (1, 1)
+        if i < n_lin - 1:
+            assert layer.n_parameters() <= budget * d_out * d_in
+        else:  # a 2-class output layer keeps rank 1, its smallest FiD-GP layer: 1 x 2
+            assert clf.inducing_shapes_[i][0] == 1
+            assert (layer.n_parameters() <= budget * d_out * d_in
+                    or clf.inducing_shapes_[i] == (1, 2))
         total += layer.n_parameters()
-    dense = sum((a + 1) * b for a, b in zip(widths, widths[1:]))
-    assert clf.n_parameters_ == total <= budget * dense
+    assert clf.n_parameters_ == total
     full = FiDGPClassifier(max_iter=1, random_state=0, device="cpu").fit(X, y)
     assert clf.n_parameters_ < full.n_parameters_
+
+
+@pytest.mark.parametrize("budget", [0.25, 0.5, 1.0])
+def test_layer_budget_keeps_the_output_rank_and_gives_up_the_flow_before_rank(budget):
+    """A 64-64-10 network (digits): the shrink rule once sent the output layer to 1 x 1
+    (its dense layer is smaller than the flow's conditioner alone), a rank-1 logit map,
+    and digits accuracy fell to 0.19. The output layer keeps rank K - 1 = 9, and a
+    hidden layer drops its flow rather than rank: at 1.0 it keeps R = 16."""
+    clf = FiDGPClassifier(layer_budget=budget)
+    plan = clf._layer_plan(64, 10)
+    (R0, C0), (R1, C1), (R2, C2) = plan["shapes"]
+    assert (R2, C2) == (9, 10) and plan["flows"][2] is False
+    for R, C, flow in [(R0, C0, plan["flows"][0]), (R1, C1, plan["flows"][1])]:
+        assert R < C
+        assert layer_parameter_count(64, 65, R, C, flow=flow) <= budget * 64 * 65
+        # the largest rank that fits: below the requested 16, one more does not fit,
+        # with or without the flow
+        assert R == 16 or (layer_parameter_count(64, 65, R + 1, R + 2, flow=False)
+                           > budget * 64 * 65)
+    if budget == 1.0:
+        assert R0 == 16 and plan["flows"][0] is False
+    # the layers are built as planned: no flow where the plan dropped it
+    net = FiDGPClassifier._build_network(plan, 0, "cpu", torch.float64)
+    for i, layer in net.inducing_layers():
+        assert layer.n_parameters() == layer_parameter_count(
+            plan["widths"][i + 1], plan["widths"][i] + 1, *plan["shapes"][i],
+            flow=plan["flows"][i])
 
 
 def test_parameter_formula_counts_every_flow_step():
