@@ -87,6 +87,7 @@ def _choose_scales(Phi, Y, c, noise, k, noise_lower_bound):
     -0.732 -> -0.751 (its 95 % coverage 0.893 -> 0.920); no other set moved by more than
     0.011 and the extrapolation splits not at all (the evidence of all rows, whose features
     were fitted to most of them, rarely asks for more noise than the held-out rows)."""
+    evidence = DiagNoiseEvidence(Phi, Y, c)  # the O(n r^2) statistics, formed once
     cond, floor = None, noise_lower_bound
     if k is not None:
         cond = DiagNoiseEvidence(Phi[:k], Y[:k], None if c is None else c[:k])
@@ -94,10 +95,10 @@ def _choose_scales(Phi, Y, c, noise, k, noise_lower_bound):
         # and at least the noise of the evidence of all rows: a small validation split
         # that misses the outliers of heavy-tailed noise sends the held-out choice far
         # below it (see the docstring)
-        floor = max(floor, blr_fit_scales(DiagNoiseEvidence(Phi, Y, c), 1.0, noise,
+        floor = max(floor, blr_fit_scales(evidence, 1.0, noise,
                                           noise_lower_bound=noise_lower_bound)[1])
-    return blr_fit_scales(DiagNoiseEvidence(Phi, Y, c), 1.0, max(noise, floor),
-                          condition=cond, noise_lower_bound=floor)
+    return blr_fit_scales(evidence, 1.0, max(noise, floor), condition=cond,
+                          noise_lower_bound=floor)
 
 
 class _NoPartialFit(AttributeError, ValueError):
