@@ -84,6 +84,28 @@ def test_default_fit_on_the_step_set_converges():
     assert max(n_iter) > 500  # the old budget would have cut this fit short
 
 
+def test_plateau_schedule_goes_on_from_where_the_constant_rate_stops(step):
+    """``learning_rate_schedule="plateau"`` runs the constant schedule's epochs unchanged
+    up to its first plateau, then goes on from the best network at a lower rate: the same
+    validation scores up to there, more epochs, and a best validation RMSE that is no
+    worse (the kept network is the best over a superset of states)."""
+    X, y = step
+    kw = {"hidden_layer_sizes": (16,), "max_iter": 3000, "n_iter_no_change": 30,
+          "random_state": 0, "device": "cpu"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        const = RichBLLRegressor(learning_rate_schedule="constant", **kw).fit(X, y)
+        plateau = RichBLLRegressor(**kw).fit(X, y)
+        refit = RichBLLRegressor(refit=True, **kw).fit(X, y)
+    k = len(const.validation_scores_)
+    assert plateau.validation_scores_[:k] == const.validation_scores_
+    assert plateau.n_iter_ > const.n_iter_
+    assert min(plateau.validation_scores_) <= min(const.validation_scores_)
+    assert refit.best_iteration_ == plateau.best_iteration_
+    with pytest.raises(ValueError, match="learning_rate_schedule"):
+        RichBLLRegressor(learning_rate_schedule="cosine").fit(X, y)
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_bll_log_evidence_is_the_dense_gaussian_density_at_its_maximum(step):
     """The last layer's evidence (the shared ``BLREvidence``) equals ``log N(y - mean(y); 0,

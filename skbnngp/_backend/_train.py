@@ -171,7 +171,8 @@ class TrainResult:
     ``loss_curve`` holds the mean training loss of every epoch; ``validation_scores`` the
     validation score (lower is better) at each check, taken after epoch
     ``validation_epochs[i]``; ``best_epoch`` is the epoch whose state was kept (the last one
-    without validation).
+    without validation); ``lr_drops`` the epochs after which a plateau lowered the learning
+    rate (``fit(plateau_drops=...)``).
     """
 
     n_epochs: int = 0
@@ -184,6 +185,7 @@ class TrainResult:
     loss_curve: list = field(default_factory=list)
     validation_scores: list = field(default_factory=list)
     validation_epochs: list = field(default_factory=list)
+    lr_drops: list = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -247,6 +249,7 @@ class NetworkTrainer:
         self.device = torch.device(device)
         self.epoch = 0  # epochs run so far (persists across calls, e.g. partial_fit)
         self.n_steps = 0
+        self.lr_scale = 1.0  # lowered by ``fit(plateau_drops=...)``
 
     # ------------------------------------------------------------------ state
     def _tensors(self):
@@ -271,7 +274,7 @@ class NetworkTrainer:
     def _set_lr(self):
         drops = sum(1 for m in self.lr_milestones if self.epoch >= m)
         for g in self.optimizer.param_groups:
-            g["lr"] = g["base_lr"] * self.lr_gamma ** drops
+            g["lr"] = g["base_lr"] * self.lr_gamma ** drops * self.lr_scale
 
     # ------------------------------------------------------------------ steps
     def run_epoch(self, n_rows, batch_size, rng):
@@ -305,7 +308,8 @@ class NetworkTrainer:
 
     def fit(self, n_rows, *, batch_size=None, max_epochs=100, rng=None, validate=None,
             validation_interval=10, n_iter_no_change=10, tol=1e-4, sync_steps=10,
-            min_epochs=0, verbose=0, label="network", print_fn=None):
+            min_epochs=0, plateau_drops=0, plateau_factor=0.1, verbose=0, label="network",
+            print_fn=None):
         """Train for at most ``max_epochs`` epochs over ``n_rows`` training rows.
 
         Parameters
@@ -325,6 +329,12 @@ class NetworkTrainer:
             ``tol * max(1, |loss|)`` for ``n_iter_no_change`` epochs.
         sync_steps : int
             Minimum number of gradient steps between two reads of the losses on the host.
+        plateau_drops : int
+            With ``validate``: the first ``plateau_drops`` times the score has not improved
+            for ``n_iter_no_change`` epochs, the best state so far is restored and every
+            learning rate is multiplied by ``plateau_factor`` instead of stopping (a
+            reduce-on-plateau schedule); the next plateau stops.
+        plateau_factor : float
         min_epochs : int
             The training-loss stopping rule only counts epochs after this many (a loss whose
             terms change with the epoch, such as an annealed KL, is compared only once the
@@ -357,6 +367,7 @@ class NetworkTrainer:
         last_good = self.snapshot()
         best_state = None
         best_loss, since_best, pending, start_epoch = math.inf, 0, [], self.epoch
+        drops_left, last_drop = (int(plateau_drops) if validate is not None else 0), 0
         for k in range(1, max_epochs + 1):
             pending.append(self.run_epoch(n_rows, bs, rng))
             check_val = validate is not None and (k % interval == 0 or k == max_epochs)
@@ -388,7 +399,15 @@ class NetworkTrainer:
                 if score < res.best_score:
                     res.best_score, res.best_epoch = score, k
                     best_state = last_good
-                stop = k - res.best_epoch >= patience
+                stop = k - max(res.best_epoch, last_drop) >= patience
+                if stop and drops_left > 0:
+                    # a plateau: go back to the best state and go on with a lower rate
+                    drops_left, last_drop, stop = drops_left - 1, k, False
+                    self.lr_scale *= float(plateau_factor)
+                    res.lr_drops.append(k)
+                    if best_state is not None:
+                        self.restore(best_state)
+                        last_good = best_state
             elif validate is None:
                 first = k - len(losses) + 1
                 for j, v in enumerate(losses):

@@ -83,6 +83,42 @@ def test_early_stopping_restores_the_best_state():
         assert torch.equal(p, q)
 
 
+def test_plateau_schedule_restores_the_best_state_and_lowers_the_rate():
+    """``plateau_drops``: each plateau of ``n_iter_no_change`` epochs goes back to the best
+    state and multiplies the rate by ``plateau_factor``; the plateau after the last drop
+    stops. Patience counts from the later of the best epoch and the last drop."""
+    X, y = _regression()
+    net = build_mlp(2, (16,), 1, seed=0)
+    trainer = _mse_trainer(net, X, y, learning_rate=1e-2)
+    snaps, rates = {}, {}
+    # best at epoch 20; after the first drop (epoch 50) a new best at 60; then flat
+    scores = iter([5.0, 1.0, 2.0, 3.0, 4.0, 0.5] + [9.0] * 20)
+
+    def validate():
+        snaps[trainer.epoch] = [p.detach().clone() for p in net.parameters()]
+        rates[trainer.epoch] = trainer.optimizer.param_groups[0]["lr"]
+        return next(scores)
+
+    res = trainer.fit(64, max_epochs=500, validate=validate, validation_interval=10,
+                      n_iter_no_change=30, plateau_drops=2, plateau_factor=0.1,
+                      rng=np.random.RandomState(0))
+    # plateaus at 50 (30 after the best at 20) and 90 (30 after the best at 60): two drops;
+    # the next plateau, 30 epochs after the drop at 90, stops at 120
+    assert res.lr_drops == [50, 90]
+    assert res.n_epochs == 120 and res.stopped_early and res.best_epoch == 60
+    assert rates[50] == pytest.approx(1e-2) and rates[60] == pytest.approx(1e-3)
+    assert rates[100] == pytest.approx(1e-4)
+    for p, q in zip(net.parameters(), snaps[60]):
+        assert torch.equal(p, q)
+    # without drops the same scores stop at the first plateau
+    net2 = build_mlp(2, (16,), 1, seed=0)
+    scores = iter([5.0, 1.0, 2.0, 3.0, 4.0, 0.5] + [9.0] * 20)
+    res2 = _mse_trainer(net2, X, y, learning_rate=1e-2).fit(
+        64, max_epochs=500, validate=lambda: next(scores), validation_interval=10,
+        n_iter_no_change=30, rng=np.random.RandomState(0))
+    assert res2.lr_drops == [] and res2.n_epochs == 50 and res2.best_epoch == 20
+
+
 def test_without_validation_stops_on_a_flat_training_loss():
     X, y = _regression()
     net = build_mlp(2, (), 1, seed=0)  # a linear model: converges fast
