@@ -63,6 +63,7 @@ VARIANTS = {
     "init_lambda=1e-2": dict(init_lambda=1e-2),
     "max_sd_u=0.3": dict(max_sd_u=0.3),
     "max_sd_u=0.03": dict(max_sd_u=0.03),
+    "max_iter=400": dict(max_iter=400),
 }
 #: The defaults before issue 20 (R = C = 32, kl_weight=1, label smoothing 0.05, the gradient
 #: score).

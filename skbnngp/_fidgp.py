@@ -180,8 +180,12 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     label_smoothing : float, default=0.0
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes in the cross-entropy.
-    max_iter : int, default=200
-        Epochs.
+    max_iter : int, default=400
+        Epochs (the KL annealing and the learning-rate drops are fractions of it). 200 before
+        issue 20's last change; ``bench_fidgp.py``'s variants over seeds 0-6 measured 400
+        against 200: accuracy on all ten digits 0.9706 against 0.9685 (the MLP's 0.9754),
+        NLL 0.106 against 0.122, equal on digits 0-4 and breast_cancer, OoD wins against
+        the 5-MLP ensemble 41/42 against 40/42, for twice the fit time.
     batch_size : int or "auto", default="auto"
         Rows per gradient step (clipped to the number of rows). ``"auto"``:
         ``min(n, max(100, ceil(n / 8)))`` (100 up to 800 rows, then at most 8 steps per
@@ -380,7 +384,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                  flow_on_output_layer=True, prior_sd=1.0, z_init="gaussian", init_lambda=1e-3,
                  max_lambda=0.03, learn_lambda=True, lambda_l2=0.0, lambda_lr=None,
                  init_sd_u=1e-3, max_sd_u=0.1, kl_weight=0.1, kl_ml_frac=0.5,
-                 kl_anneal_frac=0.25, label_smoothing=0.0, class_weight=None, max_iter=200,
+                 kl_anneal_frac=0.25, label_smoothing=0.0, class_weight=None, max_iter=400,
                  batch_size="auto", learning_rate_init=3e-3, lr_milestones_frac=(0.5,),
                  lr_gamma=0.1, n_iter_no_change=None, tol=1e-4, n_train_samples=1,
                  n_predict_samples=8, ood_layers=None, ood_method="combined",
