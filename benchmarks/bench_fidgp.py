@@ -232,15 +232,21 @@ def run_variant(name, seeds):
 
 
 def variants_table(r):
-    """Markdown lines: each variant against the defaults on the same seeds (paired)."""
-    base = {(row["task"], row["seed"]): row for row in r.get("ood", [])}
+    """Markdown lines: each variant against the defaults on the same seeds (paired).
+
+    The variants were run against the defaults of their time: ``r["variants_base"]`` (the
+    defaults' rows they are paired with, when the defaults changed since) or ``r["ood"]``.
+    """
+    base_rows = r.get("variants_base") or r.get("ood", [])
+    base = {(row["task"], row["seed"]): row for row in base_rows}
     rows = r.get("variants", [])
     if not rows or not base:
         return []
-    tasks = list(dict.fromkeys(row["task"] for row in r["ood"]))
+    tasks = list(dict.fromkeys(row["task"] for row in base_rows))
     short = {t: t.split(" ")[0] + (" 0-4" if "0-4" in t else " all" if "corrupted" in t
                                    else "") for t in tasks}
     L = ["## Variants of the defaults (paired with the defaults' rows of the same seeds)", "",
+         *([r["variants_base_note"], ""] if r.get("variants_base_note") else []),
          "Accuracy and NLL: mean over the seeds, with the change against the defaults in "
          "points / nats. OoD: mean AUROC of `ood_score` over the six OoD sets and the "
          "set-seed pairs where it is above the 5-MLP ensemble's entropy (from the defaults' "
@@ -346,6 +352,10 @@ def main():
         result["ood"] = run_ood({}, args.seeds)
         if not args.skip_previous or "ood_before" not in result:
             result["ood_before"] = run_ood(OLD)
+    if args.variants and result.get("variants_base"):
+        sys.exit("bench_fidgp: the stored variants are paired with earlier defaults "
+                 "('variants_base'); new variants would be paired with those too. Remove "
+                 "'variants' and 'variants_base' from the JSON and re-run the variants.")
     if args.variants:
         keep = [row for row in result.get("variants", [])
                 if not (row["variant"] in args.variants and row["seed"] in args.seeds)]
