@@ -140,7 +140,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         conditioner is part of the count). Within it the layer keeps the largest inducing
         rank ``R`` (down from ``inducing_rows``), then its flow if the flow still fits, then
         the largest ``C``; ``inducing_shapes_`` and ``model_plan_["flows"]`` say what was
-        kept. The output layer keeps rank ``n_classes`` (at 1 x 1 digits accuracy fell to
+        kept. The output layer keeps its rank, ``min(inducing_rows, n_classes)``
+        (``n_classes`` at the defaults; at 1 x 1 digits accuracy fell to
         0.19; at ``n_classes - 1``, the rule before, a (16, 16) network on iris at
         ``layer_budget=1.0`` fitted only two of the three classes on seeds 1 and 2,
         training accuracy 0.69 / 0.67 against 0.96 / 0.97 at rank 3) and so can exceed its
@@ -481,9 +482,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                 R, C = min(self.inducing_rows, d_out), min(self.inducing_cols, d_in)
                 flow = self.flow_length > 0 and (i < n_lin - 1 or self.flow_on_output_layer)
                 if self.layer_budget is not None:
-                    # the output layer keeps rank K: at K - 1 the three-class fits of
-                    # iris collapsed to two classes on two seeds of three (User Guide)
-                    floor = max(1, min(R, d_out)) if i == n_lin - 1 else 1
+                    # the output layer keeps its rank (K unless inducing_rows < K): at
+                    # K - 1 three-class fits of iris collapsed to two classes (User Guide)
+                    floor = R if i == n_lin - 1 else 1
                     R, C, flow = self._shrink_to_budget(d_out, d_in, R, C, flow, floor)
                 shapes.append((R, C))
                 flows.append(bool(flow))

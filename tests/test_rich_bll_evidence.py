@@ -98,6 +98,7 @@ def test_plateau_schedule_goes_on_from_where_the_constant_rate_stops(step):
         plateau = RichBLLRegressor(**kw).fit(X, y)
         refit = RichBLLRegressor(refit=True, **kw).fit(X, y)
     k = len(const.validation_scores_)
+    # the same fit repeated in one process compares exactly (tests/_promise.py)
     assert plateau.validation_scores_[:k] == const.validation_scores_
     assert plateau.n_iter_ > const.n_iter_
     assert min(plateau.validation_scores_) <= min(const.validation_scores_)
