@@ -26,7 +26,9 @@ Variants (``--variants``): FiD-GP with one parameter changed (``VARIANTS``: the 
 seed by seed with the defaults' stored rows (accuracy, NLL, parameters, OoD AUROC, wins
 against the ensemble). When the defaults change, the old defaults' rows are kept as
 ``variants_base`` in the JSON so that the stored variants stay paired with the defaults
-they were run against; new variants are then refused until those are removed.
+they were run against; a later ``--variants`` run moves those variants (less the ones it
+re-runs) and their base into ``variants_earlier`` and pairs the new ones with the current
+defaults' rows.
 
 Usage::
 
@@ -238,19 +240,43 @@ def variants_table(r):
     """Markdown lines: each variant against the defaults on the same seeds (paired).
 
     The variants were run against the defaults of their time: ``r["variants_base"]`` (the
-    defaults' rows they are paired with, when the defaults changed since) or ``r["ood"]``.
+    defaults' rows they are paired with, when the defaults changed since) or ``r["ood"]``;
+    then each group of ``r["variants_earlier"]`` (variants archived with the defaults' rows
+    they were run against, when new variants were run after a change of the defaults).
     """
-    base_rows = r.get("variants_base") or r.get("ood", [])
+    L = _variants_table(r.get("variants", []), r.get("variants_base") or r.get("ood", []),
+                        r.get("variants_base_note"),
+                        "Variants of the defaults (paired with the defaults' rows of the "
+                        "same seeds)")
+    for group in r.get("variants_earlier", []):
+        L += _variants_table(group["rows"], group["base"], group["note"],
+                             "Earlier variants (paired with the defaults of their time)")
+    return L
+
+
+def archive_variants(result, rerun):
+    """Move the stored variants and the defaults' rows they are paired with
+    (``variants_base``) into ``result["variants_earlier"]``, without the variants named in
+    ``rerun`` (superseded by the new run), so that new variants pair with the current
+    defaults' rows."""
+    rows = [row for row in result.pop("variants", []) if row["variant"] not in rerun]
+    base = result.pop("variants_base")
+    note = result.pop("variants_base_note", None)
+    if rows:
+        result.setdefault("variants_earlier", []).append(
+            {"note": note, "base": base, "rows": rows})
+
+
+def _variants_table(variant_rows, base_rows, note, title):
     base = {(row["task"], row["seed"]): row for row in base_rows}
     # only rows with a defaults' row of the same task and seed can be paired
-    rows = [row for row in r.get("variants", []) if (row["task"], row["seed"]) in base]
+    rows = [row for row in variant_rows if (row["task"], row["seed"]) in base]
     if not rows or not base:
         return []
     tasks = list(dict.fromkeys(row["task"] for row in base_rows))
     short = {t: t.split(" ")[0] + (" 0-4" if "0-4" in t else " all" if "corrupted" in t
                                    else "") for t in tasks}
-    L = ["## Variants of the defaults (paired with the defaults' rows of the same seeds)", "",
-         *([r["variants_base_note"], ""] if r.get("variants_base_note") else []),
+    L = [f"## {title}", "", *([note, ""] if note else []),
          ("Accuracy and NLL: mean over the seeds, with the change against the defaults in "
           "points / nats. OoD: mean AUROC of `ood_score` over the six OoD sets and the "
           "set-seed pairs where it is above the 5-MLP ensemble's entropy (from the defaults' "
@@ -357,9 +383,9 @@ def main():
         if not args.skip_previous or "ood_before" not in result:
             result["ood_before"] = run_ood(OLD)
     if args.variants and result.get("variants_base"):
-        sys.exit("bench_fidgp: the stored variants are paired with earlier defaults "
-                 "('variants_base'); new variants would be paired with those too. Remove "
-                 "'variants' and 'variants_base' from the JSON and re-run the variants.")
+        # the stored variants are paired with earlier defaults: keep them as a group of
+        # their own, so that the new ones pair with the current defaults' rows
+        archive_variants(result, args.variants)
     if args.variants:
         keep = [row for row in result.get("variants", [])
                 if not (row["variant"] in args.variants and row["seed"] in args.seeds)]
