@@ -70,3 +70,67 @@ def test_classification_script_tiny_run(harness, tmp_path):
     m = result["summary"]["mean"]["lr"]["iris"]
     assert 0.8 <= m["accuracy"] <= 1.0 and 0.0 <= m["brier"] <= 2.0 and 0 <= m["ece"] <= 1
     assert "mean NLL" in out.with_suffix(".md").read_text()
+
+
+def test_uncertainty_extrap_seeds_refits_only_the_network_models(harness):
+    bench = importlib.import_module("bench_uncertainty")
+    args = bench.argparse.Namespace(quick=True, sections=["extrap_seeds"], sets=["gap"],
+                                    models=["gpr", "richbll"])
+    tasks, _ = bench.build_tasks(args)
+    keys = [t[0] for t in tasks]
+    assert {k["model"] for k in keys} == {"richbll"}
+    assert sorted(k["split"] for k in keys) == list(bench.EXTRAP_SEEDS)
+    # the split is the network's seed
+    model = bench.make_model("richbll", 1, quick=True, seed=3)
+    assert model.named_steps["model"].random_state == 3
+
+
+def test_uncertainty_extrap_seeds_report_counts_wins_over_the_seed_means(harness, tmp_path):
+    bench = importlib.import_module("bench_uncertainty")
+    records = tmp_path / "r.jsonl"
+    # Rich-BLL wins on 3 of 5 seeds but loses the mean (one bad seed): the set is a loss
+    nlpd = {"richbll": [1.0, 1.0, 1.0, 9.0, 2.0], "bll": [2.0, 2.0, 2.0, 2.0, 1.0]}
+    with records.open("w") as f:
+        for model, values in nlpd.items():
+            for seed, v in enumerate(values):
+                key = {"section": "extrap_seeds", "set": "gap", "split": seed, "model": model}
+                metrics = {k: 0.5 for k in bench.METRICS}
+                metrics.update(nlpd=v, coverage_95=0.95)
+                f.write(json.dumps(dict(key, n_train=300, n_test=200, metrics=metrics,
+                                        error=None, warnings={},
+                                        task_id=harness.task_id(key))) + "\n")
+    out = tmp_path / "u"
+    bench.main(["--report-only", "--records", str(records), "--sections", "extrap_seeds",
+                "--sets", "gap", "--models", "richbll", "bll", "--out", str(out)])
+    text = out.with_suffix(".md").read_text()
+    assert "Extrapolation over network seeds" in text
+    assert ("below RichBLLRegressor(uncertainty='bll'): on 0 of 1 sets in the mean over the "
+            "seeds (target: most); on 3 of 5 set-seed pairs.") in text
+
+
+def test_fidgp_variants_archive_keeps_earlier_rows_with_their_base(harness):
+    bench = importlib.import_module("bench_fidgp")
+    tasks = ["digits 0-4 vs 5-9", "digits vs corrupted"]
+
+    def row(task, acc, variant=None):
+        r = {"task": task, "seed": 0, "n_parameters": 100, "lambdas": [0.001],
+             "fidgp": {"accuracy": acc, "nll": 0.1},
+             "ood": {"x": {"ood_score": 0.9, "ensemble_entropy": 0.8}}}
+        return dict(r, variant=variant) if variant else r
+
+    result = {"ood": [row(t, 0.95) for t in tasks],
+              "variants_base": [row(t, 0.90) for t in tasks],
+              "variants_base_note": "run at the old defaults",
+              "variants": [row(t, 0.92, "a") for t in tasks] + [row(t, 0.93, "b")
+                                                                for t in tasks]}
+    bench.archive_variants(result, ["a"])
+    assert "variants" not in result and "variants_base" not in result
+    (group,) = result["variants_earlier"]
+    assert group["note"] == "run at the old defaults"
+    assert {r["variant"] for r in group["rows"]} == {"b"}
+    result["variants"] = [row(t, 0.97, "a") for t in tasks]  # the re-run, current defaults
+    text = "\n".join(bench.variants_table(result))
+    current, earlier = text.split("## Earlier variants")
+    # each group is paired with its own defaults: a +2 points now, b +3 points then
+    assert "| a | 0 | 100 | 0.970 (+2.0)" in current and "| b |" not in current
+    assert "| b | 0 | 100 | 0.930 (+3.0)" in earlier and "run at the old defaults" in earlier
