@@ -587,10 +587,11 @@ def markdown(result):
                         "sets (target: most)."]
     if "extrap_seeds" in s:
         sec = s["extrap_seeds"]
-        out += ["", "## Extrapolation over network seeds (the splits above; the network "
-                f"models refitted with random_state {EXTRAP_SEEDS[0]}-{EXTRAP_SEEDS[-1]})", "",
-                "One split per set, so a single seed's network decides much of the score "
-                "above. Means over the seeds:", "", "### Test NLPD, mean over the seeds", ""]
+        out += ["", ("## Extrapolation over network seeds (the splits above; the network "
+                     f"models refitted with random_state {EXTRAP_SEEDS[0]}-"
+                     f"{EXTRAP_SEEDS[-1]})"), "",
+                ("One split per set, so a single seed's network decides much of the score "
+                 "above. Means over the seeds:"), "", "### Test NLPD, mean over the seeds", ""]
         out += _metric_table(sec, "nlpd", ".3f")
         out += ["", "### 95 % coverage, mean over the seeds (misses in bold)", ""]
         out += _metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)
@@ -603,9 +604,9 @@ def markdown(result):
                 continue
             wins = sum(np.mean(rb[st]["nlpd"]) < np.mean(ob[st]["nlpd"]) for st in common)
             pairs = [(a, b) for st in common for a, b in zip(rb[st]["nlpd"], ob[st]["nlpd"])]
-            out += ["", f"Rich-BLL NLPD below {LABELS[other]}: on {wins} of {len(common)} "
-                    f"sets in the mean over the seeds (target: most); on "
-                    f"{sum(a < b for a, b in pairs)} of {len(pairs)} set-seed pairs."]
+            out += ["", (f"Rich-BLL NLPD below {LABELS[other]}: on {wins} of {len(common)} "
+                         f"sets in the mean over the seeds (target: most); on "
+                         f"{sum(a < b for a, b in pairs)} of {len(pairs)} set-seed pairs.")]
     if "concrete20" in s:
         sec = s["concrete20"]
         out += ["", "## Concrete, protocol of Lakshminarayanan et al. 2017 "
