@@ -30,6 +30,9 @@ Sections (``--sections``):
   ``concrete``, ``auto_mpg``, ``cpu_performance`` and the synthetic ``smooth`` (200 rows),
   ``step`` (300), ``heteroscedastic`` (300), ``heavy_tailed`` (``make_heavy_tailed(300)``,
   Cauchy noise) and ``gap`` (``make_gap_1d(300)``);
+* ``cv_seeds``: the cross-validation folds of the synthetic sets with the network models
+  refitted with ``random_state`` 0-4 (the ``cv`` section fits seed 0 only), so that a
+  coverage miss can be told from the draw of one network;
 * ``extrap``: each real set sorted by the feature with the largest |corr| with y, trained on
   the lower 80 %, tested on the top 20 %; plus ``gap`` tested inside the gap (-1, 1);
 * ``extrap_seeds``: the same splits, the network models (DBK, Rich-BLL, BLL, laplace-torch,
@@ -94,7 +97,7 @@ LABELS = {"stp": "StudentTProcessRegressor", "mixed": "MixedActivationGPRegresso
           "bll": "RichBLLRegressor(uncertainty='bll')", "gpr": "sklearn GP (ARD RBF + White)",
           "svgp": "GPyTorch SVGP (500 inducing)", "laplace": "laplace-torch last-layer",
           "ensemble": "deep ensemble (5 MLPs)"}
-SECTIONS = ("cv", "extrap", "extrap_seeds", "concrete20", "large")
+SECTIONS = ("cv", "cv_seeds", "extrap", "extrap_seeds", "concrete20", "large")
 #: ``extrap_seeds``: the models whose fit depends on the seed (a network's initialisation
 #: and batches), refitted with these ``random_state`` values on the extrapolation splits.
 NETWORK_MODELS = ("dbk", "richbll", "bll", "laplace", "ensemble")
@@ -371,7 +374,7 @@ def friedman(n_train, n_test=5000):
 # ============================================================================ tasks
 def run_task(task):
     key, X, y, train, test, quick = task
-    seed = key["split"] if key["section"] == "extrap_seeds" else 0
+    seed = key.get("seed", key["split"] if key["section"] == "extrap_seeds" else 0)
     return run_fit(key, lambda: make_model(key["model"], X.shape[1], quick, seed), X, y, train,
                    test, "regression")
 
@@ -394,6 +397,15 @@ def build_tasks(args):
                 for m in models_for(len(tr)):
                     tasks.append(({"section": "cv", "set": ds, "split": fold, "model": m},
                                   X, y, tr, te, args.quick))
+    if "cv_seeds" in args.sections:  # the synthetic sets' folds, network seeds 0-4
+        for ds in [d for d in args.sets if d in SYNTHETIC]:
+            X, y = load(ds, args.quick)
+            for fold, (tr, te) in enumerate(KFold(folds, shuffle=True,
+                                                  random_state=0).split(X)):
+                for m in [m for m in models_for(len(tr)) if m in NETWORK_MODELS]:
+                    for seed in EXTRAP_SEEDS:
+                        tasks.append(({"section": "cv_seeds", "set": ds, "split": fold,
+                                       "seed": seed, "model": m}, X, y, tr, te, args.quick))
     if "extrap" in args.sections or "extrap_seeds" in args.sections:
         for ds in [d for d in args.sets if d in REAL] + (["gap"] if "gap" in args.sets else []):
             if ds == "gap":
@@ -569,6 +581,30 @@ def markdown(result):
             ok = not miss and np.isfinite(d) and d <= 0.05
             out.append(f"| {LABELS[m]} | {', '.join(miss) or 'none'} | {fmt(d, '+.3f')} | "
                        f"{'yes' if ok else 'no'} |")
+    if "cv_seeds" in s:
+        sec = s["cv_seeds"]
+        out += ["", ("## Interpolation over network seeds (the synthetic sets' folds above; "
+                     f"the network models refitted with random_state {EXTRAP_SEEDS[0]}-"
+                     f"{EXTRAP_SEEDS[-1]})"), "",
+                ("The cross-validation above fits one network seed; here each cell is the "
+                 "mean over the five folds and the five seeds."), "", "### Test NLPD", ""]
+        out += _metric_table(sec, "nlpd", ".3f")
+        out += ["", "### 95 % coverage (misses in bold)", ""]
+        out += _metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)
+        out += ["", "### 95 % coverage of each seed (mean over the folds)", "",
+                "| model | set | " + " | ".join(f"seed {k}" for k in EXTRAP_SEEDS) + " |",
+                "|---|---|" + "---:|" * len(EXTRAP_SEEDS)]
+        per = {}
+        for r in result["records"]:
+            if r["section"] == "cv_seeds" and not r["error"]:
+                per.setdefault((r["model"], r["set"], r["seed"]), []).append(
+                    r["metrics"]["coverage_95"])
+        for m in sec["models"]:
+            for st in sec["sets"]:
+                if any((m, st, k) in per for k in EXTRAP_SEEDS):
+                    out.append(f"| {LABELS[m]} | {st} | " + " | ".join(
+                        fmt(mean_or_nan(per.get((m, st, k), [])), ".3f")
+                        for k in EXTRAP_SEEDS) + " |")
     if "extrap" in s:
         sec = s["extrap"]
         out += ["", "## Extrapolation (train on the lower 80 % of the most relevant feature, "
