@@ -72,7 +72,7 @@ def test_classification_script_tiny_run(harness, tmp_path):
     assert "mean NLL" in out.with_suffix(".md").read_text()
 
 
-def test_uncertainty_extrap_seeds_refits_only_the_network_models(harness):
+def test_uncertainty_extrap_seeds_refits_only_the_network_models(harness, monkeypatch):
     bench = importlib.import_module("bench_uncertainty")
     args = bench.argparse.Namespace(quick=True, sections=["extrap_seeds"], sets=["gap"],
                                     models=["gpr", "richbll"])
@@ -81,8 +81,9 @@ def test_uncertainty_extrap_seeds_refits_only_the_network_models(harness):
     assert {k["model"] for k in keys} == {"richbll"}
     assert sorted(k["split"] for k in keys) == list(bench.EXTRAP_SEEDS)
     # the split is the network's seed
-    model = bench.make_model("richbll", 1, quick=True, seed=3)
-    assert model.named_steps["model"].random_state == 3
+    monkeypatch.setattr(bench, "run_fit", lambda key, make, *rest: make())
+    for t in tasks:
+        assert bench.run_task(t).named_steps["model"].random_state == t[0]["split"]
 
 
 def test_uncertainty_extrap_seeds_report_counts_wins_over_the_seed_means(harness, tmp_path):
@@ -134,3 +135,22 @@ def test_fidgp_variants_archive_keeps_earlier_rows_with_their_base(harness):
     # each group is paired with its own defaults: a +2 points now, b +3 points then
     assert "| a | 0 | 100 | 0.970 (+2.0)" in current and "| b |" not in current
     assert "| b | 0 | 100 | 0.930 (+3.0)" in earlier and "run at the old defaults" in earlier
+
+
+def test_uncertainty_cv_seeds_refits_the_network_models_on_the_synthetic_folds(harness,
+                                                                              monkeypatch):
+    bench = importlib.import_module("bench_uncertainty")
+    args = bench.argparse.Namespace(quick=True, sections=["cv_seeds"],
+                                    sets=["smooth", "diabetes"], models=["gpr", "dbk"])
+    tasks, _ = bench.build_tasks(args)
+    keys = [t[0] for t in tasks]
+    assert {(k["set"], k["model"]) for k in keys} == {("smooth", "dbk")}
+    pairs = sorted((k["split"], k["seed"]) for k in keys)
+    assert pairs == [(f, s) for f in range(2) for s in bench.EXTRAP_SEEDS]  # 2 quick folds
+    # each task's test rows are its fold's, and the seed reaches the model
+    fold0 = [t for t in tasks if t[0]["split"] == 0]
+    assert all(np.array_equal(t[4], fold0[0][4]) for t in fold0)
+    # run_task builds the model with the task's seed
+    monkeypatch.setattr(bench, "run_fit", lambda key, make, *rest: make())
+    for t in tasks[:6]:
+        assert bench.run_task(t).named_steps["model"].random_state == t[0]["seed"]
