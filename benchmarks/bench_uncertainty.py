@@ -518,6 +518,16 @@ def _coverage_miss(v):
     return not COVERAGE_OK[0] <= round(v, 9) <= COVERAGE_OK[1]
 
 
+def _seeds_tables(sec, what, where, intro):
+    """Markdown lines of a section refitted over :data:`EXTRAP_SEEDS`: its title, NLPD and
+    95 % coverage, each the mean over the seeds (and folds)."""
+    return ["", (f"## {what} over network seeds ({where}; the network models refitted "
+                 f"with random_state {EXTRAP_SEEDS[0]}-{EXTRAP_SEEDS[-1]})"), "", intro, "",
+            "### Test NLPD, mean over the seeds", "", *_metric_table(sec, "nlpd", ".3f"),
+            "", "### 95 % coverage, mean over the seeds (misses in bold)", "",
+            *_metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)]
+
+
 def markdown(result):
     s = result["summary"]
     out = ["# Calibration of the regressors (issue 19)", "",
@@ -583,14 +593,9 @@ def markdown(result):
                        f"{'yes' if ok else 'no'} |")
     if "cv_seeds" in s:
         sec = s["cv_seeds"]
-        out += ["", ("## Interpolation over network seeds (the synthetic sets' folds above; "
-                     f"the network models refitted with random_state {EXTRAP_SEEDS[0]}-"
-                     f"{EXTRAP_SEEDS[-1]})"), "",
-                ("The cross-validation above fits one network seed; here each cell is the "
-                 "mean over the five folds and the five seeds."), "", "### Test NLPD", ""]
-        out += _metric_table(sec, "nlpd", ".3f")
-        out += ["", "### 95 % coverage (misses in bold)", ""]
-        out += _metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)
+        out += _seeds_tables(sec, "Interpolation", "the synthetic sets' folds above",
+                             "The cross-validation above fits one network seed; here each "
+                             "cell is the mean over the five folds and the five seeds.")
         out += ["", "### 95 % coverage of each seed (mean over the folds)", "",
                 "| model | set | " + " | ".join(f"seed {k}" for k in EXTRAP_SEEDS) + " |",
                 "|---|---|" + "---:|" * len(EXTRAP_SEEDS)]
@@ -623,14 +628,9 @@ def markdown(result):
                         "sets (target: most)."]
     if "extrap_seeds" in s:
         sec = s["extrap_seeds"]
-        out += ["", ("## Extrapolation over network seeds (the splits above; the network "
-                     f"models refitted with random_state {EXTRAP_SEEDS[0]}-"
-                     f"{EXTRAP_SEEDS[-1]})"), "",
-                ("One split per set, so a single seed's network decides much of the score "
-                 "above. Means over the seeds:"), "", "### Test NLPD, mean over the seeds", ""]
-        out += _metric_table(sec, "nlpd", ".3f")
-        out += ["", "### 95 % coverage, mean over the seeds (misses in bold)", ""]
-        out += _metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)
+        out += _seeds_tables(sec, "Extrapolation", "the splits above",
+                             "One split per set, so a single seed's network decides much of "
+                             "the score above.")
         table, _ = cell_table(result["records"], "extrap_seeds")
         rb = table.get("richbll", {})
         for other in ("bll", "laplace"):
