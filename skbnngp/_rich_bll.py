@@ -302,8 +302,8 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
                  train_network=True, uncertainty="rich", subsample=None,
                  projection_ridge=1e-4, jacobian="auto", projection_dim=None,
                  noise_variance="auto", prior_variance=1.0, refit=False, max_iter=2000,
-                 batch_size=32, learning_rate=1e-2, learning_rate_schedule="plateau", weight_decay=0.0, grad_clip=1.0,
-                 early_stopping=True, validation_fraction=0.2,
+                 batch_size=32, learning_rate=1e-2, learning_rate_schedule="plateau",
+                 weight_decay=0.0, grad_clip=1.0, early_stopping=True, validation_fraction=0.2,
                  validation_interval=1, n_iter_no_change=200, tol=1e-4, scale_inputs=True,
                  normalize_y=True, include_noise=True, batch_size_predict=None,
                  device="auto", dtype="float64", random_state=None, verbose=0):

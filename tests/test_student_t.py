@@ -26,9 +26,9 @@ X_TR = np.array([[1, 0, 0], [0, 2, 0], [1, 1, 1], [-1, 0.5, 2], [0.3, -0.7, 0.2]
 Y_TR = np.array([0.5, -1.0, 0.25, 2.0, -0.3])
 X_TE = np.array([[0.5, 0.5, 0.5], [-2, 1, 0]], float)
 Y_TE = np.array([0.4, 1.5])
-FIXED = dict(depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1, alpha=1e-2,
-             prior_shape=2.0, prior_scale=2.0, normalize_X=False, normalize_y=False,
-             include_noise=False, optimizer=None, device="cpu", ard=False)  # the paper's kernel
+FIXED = {"depth": 3, "activation": "relu", "weight_variance": 2.0, "bias_variance": 0.1, "alpha": 1e-2,
+             "prior_shape": 2.0, "prior_scale": 2.0, "normalize_X": False, "normalize_y": False,
+             "include_noise": False, "optimizer": None, "device": "cpu", "ard": False}  # the paper's kernel
 
 
 def fixed(**kw):
@@ -134,7 +134,7 @@ def test_predictive_is_inverse_gamma_mixture():
 def test_invariances():
     """§8 item 8: (K, lambda, b) -> (cK, c lambda, b/c) and (y, b) -> (cy, c^2 b); permutation."""
     c = 3.7
-    base = dict(depth=1, bias_variance=0.2)  # depth-1 ReLU: (c wv, c bv) scales K by c
+    base = {"depth": 1, "bias_variance": 0.2}  # depth-1 ReLU: (c wv, c bv) scales K by c
     r1 = fixed(**base).fit(X_TR, Y_TR)
     r2 = fixed(depth=1, weight_variance=2.0 * c, bias_variance=0.2 * c, alpha=1e-2 * c,
                prior_scale=2.0 / c).fit(X_TR, Y_TR)
@@ -280,9 +280,9 @@ def test_ntk_trained_mode_reference_values():
 
 
 # ----------------------------------------------------------------------------- gradients
-@pytest.mark.parametrize("kw", [dict(), dict(alpha_mode="relative"),
-                                dict(prior="burr12", inference="quadrature"),
-                                dict(prior="gaussian"), dict(activation="erf", depth=2)])
+@pytest.mark.parametrize("kw", [{}, {"alpha_mode": "relative"},
+                                {"prior": "burr12", "inference": "quadrature"},
+                                {"prior": "gaussian"}, {"activation": "erf", "depth": 2}])
 def test_lml_gradient_matches_finite_differences(kw):
     """§8 item 11: the explicit-adjoint gradient of the log-ML equals finite differences."""
     reg = fixed(**kw).fit(X_TR, Y_TR)
@@ -443,7 +443,7 @@ def test_pipeline_gridsearch_cv_clone_pickle():
 
 def test_random_state_repeatable():
     X, y = _data(n=40)
-    kw = dict(prior="burr12", n_restarts_optimizer=1, max_iter=5, device="cpu")
+    kw = {"prior": "burr12", "n_restarts_optimizer": 1, "max_iter": 5, "device": "cpu"}
     a = StudentTProcessRegressor(random_state=3, **kw).fit(X, y).predict_std(X[:4])
     b = StudentTProcessRegressor(random_state=3, **kw).fit(X, y).predict_std(X[:4])
     np.testing.assert_array_equal(a, b)
@@ -475,16 +475,16 @@ def test_sparse_and_wrong_feature_count():
 
 
 @pytest.mark.parametrize("params,match", [
-    (dict(weight_variance=-1.0), "weight_variance"),
-    (dict(prior_shape=0.0), "prior_shape"),
-    (dict(alpha=0.0), "alpha"),
-    (dict(depth=0), "depth"),
-    (dict(prior="cauchy"), "prior"),
-    (dict(weight_variance_bounds=(2.0, 1.0)), "weight_variance_bounds"),
-    (dict(weight_variance=5e3), "outside weight_variance_bounds"),
-    (dict(prior="gaussian", inference="snis"), "point mass"),
-    (dict(prior="burr12", inference="exact"), "inference='exact'"),
-    (dict(device="nonsense:0"), "device"),
+    ({"weight_variance": -1.0}, "weight_variance"),
+    ({"prior_shape": 0.0}, "prior_shape"),
+    ({"alpha": 0.0}, "alpha"),
+    ({"depth": 0}, "depth"),
+    ({"prior": "cauchy"}, "prior"),
+    ({"weight_variance_bounds": (2.0, 1.0)}, "weight_variance_bounds"),
+    ({"weight_variance": 5e3}, "outside weight_variance_bounds"),
+    ({"prior": "gaussian", "inference": "snis"}, "point mass"),
+    ({"prior": "burr12", "inference": "exact"}, "inference='exact'"),
+    ({"device": "nonsense:0"}, "device"),
 ])
 def test_invalid_parameters(params, match):
     X, y = _data(n=10)
