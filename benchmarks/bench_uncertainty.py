@@ -11,8 +11,10 @@ calibration error (mean |observed - nominal| over 19 central intervals).
 Models (``--models``):
 
 * ``stp`` ``StudentTProcessRegressor``, ``mixed`` ``MixedActivationGPRegressor``, ``dbk``
-  ``DBKRegressor``, ``dbk_ev`` ``DBKRegressor(training_objective="evidence")`` (trained on
-  the exact evidence of its corrected kernel instead of the paper's bound), ``richbll``
+  ``DBKRegressor`` (trained on the exact evidence of its corrected kernel with a tenth of
+  the trace regulariser), ``dbk_paper`` ``DBKRegressor(training_objective="bound")`` (the
+  paper's bound, the default before 2026-11-25), ``dbk_ev0`` ``DBKRegressor(trace_weight=0)``
+  (the exact evidence alone), ``richbll``
   ``RichBLLRegressor``, ``bll`` ``RichBLLRegressor(
   uncertainty="bll")`` (the plain Bayesian last layer on the same network);
 * ``gpr`` scikit-learn's ``GaussianProcessRegressor`` (amplitude x ARD RBF + WhiteKernel,
@@ -37,7 +39,7 @@ Sections (``--sections``):
   coverage miss can be told from the draw of one network;
 * ``extrap``: each real set sorted by the feature with the largest |corr| with y, trained on
   the lower 80 %, tested on the top 20 %; plus ``gap`` tested inside the gap (-1, 1);
-* ``extrap_seeds``: the same splits, the network models (both DBKs, Rich-BLL, BLL, laplace-torch,
+* ``extrap_seeds``: the same splits, the network models (the three DBKs, Rich-BLL, BLL, laplace-torch,
   the ensemble) refitted with ``random_state`` 0-4: with one split per set, one network
   seed decides much of an extrapolation score, so the Rich-BLL claims are judged on the
   means over the seeds;
@@ -93,10 +95,12 @@ from _harness import (  # noqa: E402
 REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
 SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
 SETS = REAL + SYNTHETIC
-MODELS = ("stp", "mixed", "dbk", "dbk_ev", "richbll", "bll", "gpr", "svgp", "laplace", "ensemble")
+MODELS = ("stp", "mixed", "dbk", "dbk_paper", "dbk_ev0", "richbll", "bll", "gpr", "svgp",
+          "laplace", "ensemble")
 LABELS = {"stp": "StudentTProcessRegressor", "mixed": "MixedActivationGPRegressor",
           "dbk": "DBKRegressor",
-          "dbk_ev": "DBKRegressor(training_objective='evidence')",
+          "dbk_paper": "DBKRegressor(training_objective='bound')",
+          "dbk_ev0": "DBKRegressor(trace_weight=0)",
           "richbll": "RichBLLRegressor",
           "bll": "RichBLLRegressor(uncertainty='bll')", "gpr": "sklearn GP (ARD RBF + White)",
           "svgp": "GPyTorch SVGP (500 inducing)", "laplace": "laplace-torch last-layer",
@@ -104,7 +108,8 @@ LABELS = {"stp": "StudentTProcessRegressor", "mixed": "MixedActivationGPRegresso
 SECTIONS = ("cv", "cv_seeds", "extrap", "extrap_seeds", "concrete20", "large")
 #: ``extrap_seeds``: the models whose fit depends on the seed (a network's initialisation
 #: and batches), refitted with these ``random_state`` values on the extrapolation splits.
-NETWORK_MODELS = ("dbk", "dbk_ev", "richbll", "bll", "laplace", "ensemble")
+NETWORK_MODELS = ("dbk", "dbk_paper", "dbk_ev0", "richbll", "bll", "laplace",
+                  "ensemble")
 EXTRAP_SEEDS = (0, 1, 2, 3, 4)
 SVGP_MIN_ROWS = 5000
 PUBLISHED_CONCRETE = {"MC dropout": "3.04 ± 0.02", "deep ensembles": "3.06 ± 0.18",
@@ -309,7 +314,8 @@ def make_model(name, n_features, quick=False, seed=0):
         "stp": lambda: skbnngp.StudentTProcessRegressor(**common),
         "mixed": lambda: skbnngp.MixedActivationGPRegressor(**common),
         "dbk": lambda: skbnngp.DBKRegressor(**common),
-        "dbk_ev": lambda: skbnngp.DBKRegressor(training_objective="evidence", **common),
+        "dbk_paper": lambda: skbnngp.DBKRegressor(training_objective="bound", **common),
+        "dbk_ev0": lambda: skbnngp.DBKRegressor(trace_weight=0, **common),
         "richbll": lambda: skbnngp.RichBLLRegressor(**common),
         "bll": lambda: skbnngp.RichBLLRegressor(uncertainty="bll", **common),
         "gpr": lambda: _sklearn_gpr(n_features),
@@ -447,7 +453,7 @@ def build_tasks(args):
         tr, te = np.arange(n_train), np.arange(n_train, n_train + n_test)
         notes.append(f"large: `make_friedman1({n_train + n_test}, 10, noise=1, "
                      f"random_state=0)`, first {n_train} rows train, last {n_test} test.")
-        for m in [m for m in ("dbk", "svgp") if m in wanted]:
+        for m in [m for m in ("dbk", "dbk_paper", "svgp") if m in wanted]:
             tasks.append(({"section": "large", "set": f"friedman1_{n_train}", "split": 0,
                            "model": m}, X, y, tr, te, args.quick))
     # section by section, small sets first, one set complete before the next: an interrupted
