@@ -109,6 +109,14 @@ def task_id(key):
     return "|".join(f"{k}={key[k]}" for k in sorted(key))
 
 
+def _run_keyed(fn, task):
+    """``fn(task)`` with the task's own id: tasks of one run may have different keys (the
+    seed sections add ``seed``), so the id cannot be taken from another task's key."""
+    rec = fn(task)
+    rec["task_id"] = task_id(task[0])
+    return rec, list(task[0])
+
+
 def run_all(tasks, fn, jobs, records_path=None, label="", run=True):
     """Run ``fn(task)`` for every task (joblib, ``jobs`` at a time), printing a line per fit.
 
@@ -132,9 +140,8 @@ def run_all(tasks, fn, jobs, records_path=None, label="", run=True):
     start = time.perf_counter()
     sink = open(records_path, "a") if records_path else None
     try:
-        for i, rec in enumerate(Parallel(n_jobs=jobs, return_as="generator_unordered")(
-                delayed(fn)(t) for t in todo), 1):
-            rec["task_id"] = task_id({k: rec[k] for k in todo[0][0]})
+        for i, (rec, keys) in enumerate(Parallel(n_jobs=jobs, return_as="generator_unordered")(
+                delayed(_run_keyed)(fn, t) for t in todo), 1):
             records.append(rec)
             if sink:
                 sink.write(json.dumps(rec, default=float) + "\n")
@@ -143,7 +150,7 @@ def run_all(tasks, fn, jobs, records_path=None, label="", run=True):
             what = rec["error"] or " ".join(
                 f"{k} {m[k]:.3f}" for k in ("nlpd", "coverage_95", "nll", "ece", "accuracy")
                 if k in m) + f" fit {m.get('fit_s', float('nan')):.1f}s"
-            where = " ".join(str(rec[k]) for k in todo[0][0])
+            where = " ".join(str(rec[k]) for k in keys)
             print(f"[{i}/{len(todo)} {time.perf_counter() - start:6.0f}s] {where}: {what}",
                   flush=True)
     finally:

@@ -147,7 +147,7 @@ def trace_penalty(Phi, noise, max_prior_var=None):
     return (Phi.shape[0] * M - kappa.sum()) / (2 * noise)
 
 
-def exact_objective(Phi, Y, noise, correction=True, objective="bound", trace_weight=1.0):
+def exact_objective(Phi, Y, noise, correction=True, objective="bound", trace_weight=None):
     """The full-batch training objective, summed over targets.
 
     ``objective="bound"``: ``log p(Y)`` (eq. 5) minus ``trace_weight`` times the trace
@@ -156,7 +156,10 @@ def exact_objective(Phi, Y, noise, correction=True, objective="bound", trace_wei
     ``log N(Y; 0, Phi Phi^T + diag(M - |phi_i|^2) + noise I)`` with ``M`` the largest
     ``|phi_i|^2`` of the rows (the kernel that predicts, eq. 12; its correction is a
     diagonal, so the exact evidence costs O(n r^2) like eq. 5), minus ``trace_weight`` times
-    the same regulariser. Without ``correction`` both are eq. (5)."""
+    the same regulariser. ``trace_weight=None``: 1 for the bound, 0 for the evidence.
+    Without ``correction`` both are eq. (5)."""
+    if trace_weight is None:
+        trace_weight = 1.0 if objective == "bound" else 0.0
     if not correction:
         return blr_log_evidence(Phi, Y, noise)
     if objective == "evidence":

@@ -154,3 +154,22 @@ def test_uncertainty_cv_seeds_refits_the_network_models_on_the_synthetic_folds(h
     monkeypatch.setattr(bench, "run_fit", lambda key, make, *rest: make())
     for t in tasks[:6]:
         assert bench.run_task(t).named_steps["model"].random_state == t[0]["seed"]
+
+
+def _fake_fit(task):
+    key = task[0]
+    return dict(key, metrics={"nlpd": float(key.get("seed", -1))}, error=None)
+
+
+def test_run_all_gives_each_record_the_id_of_its_own_task(harness, tmp_path):
+    """A run whose tasks have different keys (cv, then cv_seeds with a seed) stores each
+    record under its own task's id, so that a resumed run finds every record (the ids were
+    once built from the first task's key, which dropped the seed)."""
+    tasks = [({"section": "cv", "split": 0},),
+             ({"section": "cv_seeds", "split": 0, "seed": 1},),
+             ({"section": "cv_seeds", "split": 0, "seed": 2},)]
+    path = tmp_path / "records.jsonl"
+    recs = harness.run_all(tasks, _fake_fit, 1, str(path))
+    assert sorted(r["task_id"] for r in recs) == sorted(harness.task_id(t[0]) for t in tasks)
+    again = harness.run_all(tasks, _fake_fit, 1, str(path), run=False)
+    assert len(again) == 3 and len(path.read_text().splitlines()) == 3

@@ -141,6 +141,12 @@ def test_evidence_objective_is_the_exact_evidence_of_the_corrected_kernel():
     assert float(J) > float(exact_objective(Phi, Y, s2, correction=True, objective="bound"))
     assert float(exact_objective(Phi, Y, s2, correction=False, objective="evidence")) == \
         pytest.approx(float(blr_log_evidence(Phi, Y, s2)), rel=1e-12)
+    # trace_weight subtracts that share of the regulariser (per target) from either objective
+    kappa_trace = float((kappa.max() - kappa).sum()) / (2 * float(s2))
+    for objective, base in (("evidence", float(J)), ("bound", float(blr_log_evidence(Phi, Y,
+                                                                                      s2)))):
+        Jw = exact_objective(Phi, Y, s2, True, objective, trace_weight=0.25)
+        assert float(Jw) == pytest.approx(base - 0.25 * 2 * kappa_trace, rel=1e-10)
     P = Phi.clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(exact_objective(P, Y, s2, True, "evidence"), P)
     assert torch.isfinite(grad).all() and float(grad.abs().max()) > 0
@@ -159,6 +165,16 @@ def test_evidence_objective_fit():
     mu, sd = fits["evidence"].predict(X, return_std=True)
     assert np.isfinite(mu).all() and (sd > 0).all()
     assert not np.allclose(mu, fits["bound"].predict(X))
+
+
+def test_training_objective_auto_resolution():
+    """``"auto"``: the exact evidence with a tenth of the regulariser for exact inference;
+    the paper's bound with its full weight for svi and for ``preset="paper"``."""
+    assert (DBKRegressor()._objective(), DBKRegressor()._trace_weight()) == ("evidence", 0.1)
+    for kw in (dict(inference="svi"), dict(preset="paper"), dict(training_objective="bound")):
+        reg = DBKRegressor(**kw)
+        assert (reg._objective(), reg._trace_weight()) == ("bound", 1.0)
+    assert DBKRegressor(trace_weight=0.5)._trace_weight() == 0.5
 
 
 def _corrected(reg_kwargs, Phi, y, s2, Ps):
@@ -495,6 +511,7 @@ def test_bad_user_networks():
     (dict(architecture="resnet", hidden_layer_sizes=(4, 8)), "equal hidden widths"),
     (dict(validation_fraction=0.99), "validation_fraction"),
     (dict(training_objective="evidence", inference="svi"), "training_objective"),
+    (dict(trace_weight=-0.1), "trace_weight"),
 ])
 def test_invalid_parameters(params, match):
     X, y = _data(n=30)

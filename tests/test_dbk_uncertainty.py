@@ -74,11 +74,14 @@ def test_fit_scales_finds_the_maximum():
             assert 0.1 < s < 0.5  # the true noise variance is 0.25
 
 
-def test_fitted_scales_maximise_the_heldout_evidence():
+@pytest.mark.parametrize("objective", ["bound", "evidence"])
+def test_fitted_scales_maximise_the_heldout_evidence(objective):
     """The fitted (prior_scale_, noise_variance_) maximise log p(y_all) - log p(y_train) of
-    the corrected kernel at the fitted features."""
+    the corrected kernel at the fitted features. The noise has floors (docstring of
+    ``_choose_scales``); on these data the evidence-trained network's noise sits on one, so
+    there a smaller noise is not checked."""
     X, y = _data(120)
-    reg = DBKRegressor(**SMALL).fit(X, y)
+    reg = DBKRegressor(**SMALL, training_objective=objective).fit(X, y)
     assert reg.scale_selection == "heldout" and reg.prior_scale_ != 1.0
     rng = np.random.RandomState(0)
     rng.randint(np.iinfo(np.int32).max)  # the seed of the network, as in fit
@@ -97,7 +100,8 @@ def test_fitted_scales_maximise_the_heldout_evidence():
         return full(a, s) - part(a, s)
 
     best = heldout(reg.prior_scale_, reg.noise_variance_)
-    for fa, fs in [(1.05, 1), (0.95, 1), (1, 1.05), (1, 0.95)]:
+    moves = [(1.05, 1), (0.95, 1), (1, 1.05)] + ([(1, 0.95)] if objective == "bound" else [])
+    for fa, fs in moves:
         assert heldout(reg.prior_scale_ * fa, reg.noise_variance_ * fs) < best
 
 
