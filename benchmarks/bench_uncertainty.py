@@ -39,15 +39,15 @@ Sections (``--sections``):
   coverage miss can be told from the draw of one network;
 * ``extrap``: each real set sorted by the feature with the largest |corr| with y, trained on
   the lower 80 %, tested on the top 20 %; plus ``gap`` tested inside the gap (-1, 1);
-* ``extrap_seeds``: the same splits, the network models (the three DBKs, Rich-BLL, BLL, laplace-torch,
-  the ensemble) refitted with ``random_state`` 0-4: with one split per set, one network
-  seed decides much of an extrapolation score, so the Rich-BLL claims are judged on the
-  means over the seeds;
+* ``extrap_seeds``: the same splits, the network models (the three DBKs, Rich-BLL, BLL,
+  laplace-torch, the ensemble) refitted with ``random_state`` 0-4: with one split per set,
+  one network seed decides much of an extrapolation score, so the Rich-BLL claims are
+  judged on the means over the seeds;
 * ``concrete20``: the protocol of Lakshminarayanan et al. 2017 (Table 1) on concrete: 20
   random 90/10 splits, mean test NLL in nats (published: MC dropout 3.04, deep ensembles
   3.06 +- 0.18, PBP 3.16);
-* ``large``: ``make_friedman1`` with 20,000 training and 5,000 test rows, DBK against SVGP
-  (NLPD and fit time).
+* ``large``: ``make_friedman1`` with 20,000 training and 5,000 test rows, DBK (the default
+  and the paper's objective) against SVGP (NLPD and fit time).
 
 Usage::
 

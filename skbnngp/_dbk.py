@@ -283,9 +283,8 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         the paper, chosen by ``bench_uncertainty``: the same mean 5-fold NLPD over its nine
         sets on three fold seeds, better on the real sets, and extrapolation NLPD 5.25
         against 10.15 over five network seeds; User Guide, "Training on the exact
-        evidence"), ``"bound"`` for
-        ``"svi"`` (``"evidence"`` is a full-batch objective and raises there) and for
-        ``preset="paper"``. Ignored without the correction.
+        evidence"), ``"bound"`` for ``"svi"`` (``"evidence"`` is a full-batch objective
+        and raises there) and for ``preset="paper"``. Ignored without the correction.
     trace_weight : float >= 0 or "auto", default="auto"
         Weight of the trace regulariser ``tr(C)/(2 noise)`` in exact training. ``"auto"``:
         1 with ``"bound"`` (the paper), 0.1 with ``"evidence"``, where a small share keeps
@@ -425,9 +424,9 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     validation), the noise and a prior scale are re-estimated with the features fixed
     (``scale_selection``), and exact training maximises the exact evidence of the corrected
     kernel with a tenth of the trace regulariser rather than the bound of eq. (11)
-    (``training_objective``). ``predict(return_std=True)`` returns the std of y (noise and correction
-    included), which is what the paper's NLL scores; scikit-learn's GP returns a latent std
-    unless its kernel has a ``WhiteKernel``.
+    (``training_objective``). ``predict(return_std=True)`` returns the std of y (noise and
+    correction included), which is what the paper's NLL scores; scikit-learn's GP returns a
+    latent std unless its kernel has a ``WhiteKernel``.
 
     Departures from the paper's settings, by measurement: the defaults scale the features by
     1/sqrt(r), use learning rate 1e-2 and (exact) at most 2,000 iterations validated every

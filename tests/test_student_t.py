@@ -26,9 +26,11 @@ X_TR = np.array([[1, 0, 0], [0, 2, 0], [1, 1, 1], [-1, 0.5, 2], [0.3, -0.7, 0.2]
 Y_TR = np.array([0.5, -1.0, 0.25, 2.0, -0.3])
 X_TE = np.array([[0.5, 0.5, 0.5], [-2, 1, 0]], float)
 Y_TE = np.array([0.4, 1.5])
-FIXED = {"depth": 3, "activation": "relu", "weight_variance": 2.0, "bias_variance": 0.1, "alpha": 1e-2,
-             "prior_shape": 2.0, "prior_scale": 2.0, "normalize_X": False, "normalize_y": False,
-             "include_noise": False, "optimizer": None, "device": "cpu", "ard": False}  # the paper's kernel
+# the paper's kernel
+FIXED = {"depth": 3, "activation": "relu", "weight_variance": 2.0, "bias_variance": 0.1,
+         "alpha": 1e-2, "prior_shape": 2.0, "prior_scale": 2.0, "normalize_X": False,
+         "normalize_y": False, "include_noise": False, "optimizer": None, "device": "cpu",
+         "ard": False}
 
 
 def fixed(**kw):
@@ -111,7 +113,7 @@ def test_marginal_likelihood_is_multivariate_t():
     K = K_lambda(X_TR)
     ref = stats.multivariate_t(loc=np.zeros(5), shape=(b / a) * K, df=2 * a).logpdf(Y_TR)
     assert reg.log_marginal_likelihood_value_ == pytest.approx(ref, abs=1e-9)
-    integrand = lambda s: (stats.multivariate_normal(np.zeros(5), s * K).pdf(Y_TR)  # noqa: E731
+    integrand = lambda s: (stats.multivariate_normal(np.zeros(5), s * K).pdf(Y_TR)
                            * stats.invgamma.pdf(s, a, scale=b))
     val, _ = integrate.quad(integrand, 0, np.inf, limit=200)
     assert reg.log_marginal_likelihood_value_ == pytest.approx(np.log(val), rel=1e-6)
@@ -125,7 +127,7 @@ def test_predictive_is_inverse_gamma_mixture():
     a_post, b_post = reg.posterior_shape_, reg.posterior_scale_
     dens = reg.predict_dist(X_TE).pdf(Y_TE)
     for i in range(2):
-        f = lambda s: (stats.norm.pdf(Y_TE[i], mu[i], np.sqrt(s) * v[i])  # noqa: E731
+        f = lambda s: (stats.norm.pdf(Y_TE[i], mu[i], np.sqrt(s) * v[i])
                        * stats.invgamma.pdf(s, a_post, scale=b_post))
         val, _ = integrate.quad(f, 0, np.inf, limit=200)
         assert dens[i] == pytest.approx(val, rel=1e-7)
