@@ -14,8 +14,8 @@ from sklearn.exceptions import ConvergenceWarning
 
 from sklearn.utils import check_random_state
 
-from ._backend import (as_tensor, minimize, resolve_device, resolve_dtype, stable_cholesky,
-                       to_numpy)
+from ._backend import (as_tensor, loo_variance_factor, minimize, resolve_device, resolve_dtype,
+                       stable_cholesky, to_numpy)
 from ._backend._train import mlp_from_state, mlp_to_state
 from .exceptions import DeviceWarning, NumericalWarning
 from .utils._sklearn_compat import Interval, StrOptions, validate_parameter_constraints
@@ -352,6 +352,22 @@ class GPRegressorMixin(PredictDistMixin):
     def _unscale(self, mean):
         out = mean * self._y_train_std + self._y_train_mean
         return out[:, 0] if self._y_1d else out
+
+    #: Central interval whose leave-one-out coverage ``variance_calibration="loo"`` matches.
+    _calibration_level = 0.95
+
+    def _calibrate_variance(self, engine, state, params, unit_quantile):
+        """Set ``variance_factor_`` from the leave-one-out residuals of the fitted ``state``.
+
+        ``unit_quantile`` is the ``(1 + level) / 2`` quantile of the predictive at unit
+        variance. 1 unless ``variance_calibration="loo"``; see :func:`loo_variance_factor`.
+        """
+        self.variance_factor_ = 1.0
+        if self.variance_calibration != "loo":
+            return
+        r, v = engine.loo(state, params)
+        z = to_numpy(r) / np.sqrt(np.maximum(to_numpy(v), 1e-300))[:, None]
+        self.variance_factor_ = loo_variance_factor(z, unit_quantile, self._calibration_level)
 
     def _variance_multiplier(self):
         return 1.0

@@ -182,6 +182,16 @@ default=("tanh", "leaky_relu")
         Add ``noise_variance_`` to the predictive variance, so that ``predict``'s std/cov,
         ``predict_dist`` and ``sample_y`` describe the noisy target y (eq (24)); ``False``
         gives the latent f.
+    variance_calibration : {"loo"} or None, default="loo"
+        ``"loo"``: after the fit, the predictive variance is multiplied by the smallest
+        factor ``variance_factor_ >= 1`` under which the central 95 % Gaussian interval
+        holds 95 % of the closed-form leave-one-out residuals of the training rows (their
+        finite-sample, split-conformal quantile; under ``approx="nystrom"`` those of
+        ``Q + noise I``, O(n m^2)). The same GP with its amplitude and noise scaled by the
+        factor: the mean and ``log_marginal_likelihood`` are unchanged. It only widens.
+        ``None`` (and ``preset="paper"``): the fitted GP's predictive. Chosen by
+        ``benchmarks/bench_uncertainty.py`` (User Guide of the Student-t process,
+        "Leave-one-out variance calibration").
     batch_size : int or None, default=None
         Rows per block in training passes and prediction; ``None``: about 2^19 kernel entries.
     device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device, default="auto"
@@ -215,6 +225,8 @@ default=("tanh", "leaky_relu")
         Training targets after normalisation.
     log_marginal_likelihood_value_ : float
         At ``theta_`` (under the Nystrom approximation when ``approx="nystrom"``).
+    variance_factor_ : float
+        Factor (>= 1) on the predictive variance set by ``variance_calibration``.
     map_objective_value_ : float
         ``-log_marginal_likelihood_value_`` plus the prior terms of (20).
     n_iter_ : int
@@ -280,6 +292,7 @@ default=("tanh", "leaky_relu")
         "input_scaling": [StrOptions({"minmax_center", "standard"}), None],
         "normalize_y": ["boolean"],
         "include_noise": ["boolean"],
+        "variance_calibration": [StrOptions({"loo"}), None],
         "batch_size": BATCH_SIZE_CONSTRAINT,
         "device": DEVICE_CONSTRAINT,
         "dtype": DTYPE_CONSTRAINT,
@@ -297,7 +310,7 @@ default=("tanh", "leaky_relu")
                  priors=None, optimizer="lbfgs", preset=None, max_iter=100, tol=1e-6,
                  learning_rate=0.05, subset_size=2000, refine_iter=0, jitter=1e-6,
                  input_scaling="minmax_center", normalize_y=True, include_noise=True,
-                 batch_size=None, device="auto", dtype="float64", random_state=None,
+                 variance_calibration="loo", batch_size=None, device="auto", dtype="float64", random_state=None,
                  verbose=0):
         self.n_anchors = n_anchors
         self.anchors = anchors
@@ -330,6 +343,7 @@ default=("tanh", "leaky_relu")
         self.input_scaling = input_scaling
         self.normalize_y = normalize_y
         self.include_noise = include_noise
+        self.variance_calibration = variance_calibration
         self.batch_size = batch_size
         self.device = device
         self.dtype = dtype
@@ -497,6 +511,10 @@ default=("tanh", "leaky_relu")
             raw = self._optimise(engine, raw, bounds, priors, rng)
         st = engine.state(raw, warn=True, context=f"{type(self).__name__}: training kernel")
         self._set_fitted(raw, st, priors)
+        self.variance_factor_ = 1.0
+        if self.preset is None:
+            self._calibrate_variance(engine, st, layout.unpack(raw),
+                                     float(stats.norm.ppf(0.5 + self._calibration_level / 2)))
         return self
 
     def _make_engine(self, Xt, Yt, Zt):
@@ -576,7 +594,8 @@ default=("tanh", "leaky_relu")
         mean, V = gp_predict(partial(_kernel, self._layout.acts), p, cache, Xq, full_cov=full_cov,
                              noise=p["noise_variance"] if self.include_noise else 0.0,
                              batch_size=self.batch_size)
-        return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
+        V = to_numpy(V) * getattr(self, "variance_factor_", 1.0)
+        return to_numpy(mean), clip_variances(self, V, full_cov)
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally its standard deviation or covariance.

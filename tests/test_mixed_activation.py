@@ -19,7 +19,8 @@ from skbnngp.kernels import MixedActivationKernel, mixed_activation_kernel
 from ._promise import assert_same_predictions
 
 FIXED = dict(optimizer=None, priors=None, device="cpu", noise_variance=0.05, sigma_b2=0.7,
-             sigma_v2=1.3, sigma_u2=1.8, sigma_a2=0.6, leaky_slope=0.3, weights=[0.6, 0.4])
+             sigma_v2=1.3, sigma_u2=1.8, sigma_a2=0.6, leaky_slope=0.3, weights=[0.6, 0.4],
+             variance_calibration=None)  # the GP's own predictive (tests/test_loo_calibration)
 
 
 def toy(n=60, d=3, seed=0, targets=None):
@@ -303,7 +304,8 @@ def test_sklearn_gpr_with_adapter_gives_the_exact_fit():
     X, y = toy(n=40, d=2)
     Xt, _ = toy(n=10, d=2, seed=3)
     kw = dict(approx="exact", priors=None, input_scaling=None, device="cpu", random_state=0,
-              sigma_b2_bounds="fixed", leaky_slope_bounds="fixed", weights_bounds="fixed")
+              sigma_b2_bounds="fixed", leaky_slope_bounds="fixed", weights_bounds="fixed",
+              variance_calibration=None)
     reg = MixedActivationGPRegressor(**kw).fit(X, y)
 
     def kernel_of(r):

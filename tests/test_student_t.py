@@ -30,7 +30,7 @@ Y_TE = np.array([0.4, 1.5])
 FIXED = {"depth": 3, "activation": "relu", "weight_variance": 2.0, "bias_variance": 0.1,
          "alpha": 1e-2, "prior_shape": 2.0, "prior_scale": 2.0, "normalize_X": False,
          "normalize_y": False, "include_noise": False, "optimizer": None, "device": "cpu",
-         "ard": False}
+         "ard": False, "variance_calibration": None}  # the paper's closed forms
 
 
 def fixed(**kw):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ._chunks import (CPU_BLOCK_ELEMENTS, auto_batch_size, block_elements, check_dense_fits,
@@ -111,6 +112,25 @@ class ExactGP:
         nll = -self.marginal(q, logdet, self.n * self.C, self.C, p)
         return {"basis": self.X, "L": L, "LB": None, "dual": A, "nll": nll, "q": q,
                 "logdet": logdet, "noise": noise, "jitter": jitter}
+
+    def loo(self, state, params=None):
+        """Leave-one-out residuals ``r`` (n x C) and variances ``v`` (n,) of ``state``.
+
+        For fixed hyperparameters the predictive of row ``i`` given the other rows has mean
+        ``y_i - r_i`` and variance ``v_i`` (unit amplitude, noise included), with
+        ``r_i = [K^-1 Y]_i / [K^-1]_ii`` and ``v_i = 1 / [K^-1]_ii`` (``K`` the noisy
+        training kernel). ``diag(K^-1)`` is the squared column norms of ``L^-1``, solved in
+        column blocks, so the extra memory is one block. ``params`` is unused here.
+        """
+        L, dual = state["L"], state["dual"]
+        n = L.shape[0]
+        d = L.new_empty(n)
+        with torch.no_grad():
+            for sl in iter_slices(n, auto_batch_size(n, None, self.block)):
+                eye = L.new_zeros((n, sl.stop - sl.start))
+                eye[sl, :] = torch.eye(sl.stop - sl.start, dtype=L.dtype, device=L.device)
+                d[sl] = solve_lower(L, eye).square().sum(0)
+            return dual / d[:, None], 1.0 / d
 
     def state(self, raw, warn=False, context="training kernel"):
         p = self.unpack(raw)
@@ -224,6 +244,25 @@ class NystromGP(ExactGP):
                 L.T, torch.linalg.solve_triangular(LB.T, c, upper=True), upper=True)
         return {"basis": self.Z, "L": L, "LB": LB, "dual": dual, "nll": nll}
 
+    def loo(self, state, params):
+        """Leave-one-out residuals and variances under ``Q + s I`` (see :meth:`ExactGP.loo`).
+
+        With ``V = L^-1 K_SX`` and ``G = L_B^-1 V``, ``(Q + s I)^-1 = (I - G^T G / s) / s``, so
+        ``[.]^-1_ii = (1 - |G_i|^2 / s) / s`` and ``(Q + s I)^-1 Y = (Y - G^T c) / s`` with
+        ``c = L_B^T L^T dual``: O(n m^2) in row blocks.
+        """
+        L, LB, dual = state["L"], state["LB"], state["dual"]
+        s = params["noise_variance"].detach()
+        with torch.no_grad():
+            c = LB.T @ (L.T @ dual)
+            r, v = [], []
+            for sl in iter_slices(self.n, self.rows):
+                G = solve_lower(LB, solve_lower(L, self.kernel(params, self.Z, self.X[sl])))
+                d = (1.0 - G.square().sum(0) / s) / s
+                r.append((self.Y[sl] - G.T @ c) / s / d[:, None])
+                v.append(1.0 / d)
+            return torch.cat(r), torch.cat(v)
+
     def value_and_grad(self, raw):
         """NLL and its gradient: values by row blocks, then each block's adjoint.
 
@@ -300,3 +339,21 @@ def gp_predict(kernel, params, state, Xq, *, full_cov=False, noise=0.0, batch_si
     if not parts:
         return Xq.new_zeros((0, dual.shape[1])), Xq.new_zeros(0)
     return torch.cat([m for m, _ in parts]), torch.cat([v for _, v in parts])
+
+
+def loo_variance_factor(z, quantile, level=0.95):
+    """Smallest factor ``k >= 1`` on the predictive variance whose central ``level`` interval
+    holds ``level`` of the leave-one-out residuals.
+
+    ``z`` are the residuals divided by their leave-one-out standard deviations (any shape,
+    non-finite entries ignored) and ``quantile`` the ``(1 + level) / 2`` quantile of the
+    predictive at unit variance (1.96 for a Gaussian at 95 %). The residual quantile is the
+    finite-sample (split-conformal) one, the ``ceil((n + 1) level)``-th smallest ``|z|``.
+    The factor is never below 1: the intervals are only widened.
+    """
+    a = np.sort(np.abs(np.asarray(z, dtype=np.float64)).ravel())
+    a = a[np.isfinite(a)]
+    if a.size == 0 or not np.isfinite(quantile) or quantile <= 0:
+        return 1.0
+    k = min(a.size, math.ceil((a.size + 1) * level)) - 1
+    return max(1.0, float(a[k] / quantile) ** 2)

@@ -1,0 +1,90 @@
+"""Closed-form leave-one-out residuals of the GP engines, and the variance factor built on them."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from skbnngp._backend import ExactGP, NystromGP, loo_variance_factor
+
+
+def _rbf(p, X1, X2=None, diag=False):
+    if diag:
+        return p["amp"] * torch.ones(X1.shape[0], dtype=X1.dtype)
+    X2 = X1 if X2 is None else X2
+    return p["amp"] * torch.exp(-0.5 * torch.cdist(X1, X2).square() / p["ls"] ** 2)
+
+
+def _unpack(raw):
+    return {"amp": raw[0].exp(), "ls": raw[1].exp(), "noise_variance": raw[2].exp()}
+
+
+def _data(n=40, C=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand((n, 2), generator=g, dtype=torch.float64) * 4 - 2
+    Y = torch.stack([torch.sin(X[:, 0]) + 0.3 * X[:, 1] * c for c in range(1, C + 1)], 1)
+    Y = Y + 0.2 * torch.randn(Y.shape, generator=g, dtype=torch.float64)
+    return X, Y
+
+
+def _brute_force(Kn, Y):
+    """Condition on all rows but i, by explicit solves: the LOO mean error and variance."""
+    n = Kn.shape[0]
+    r, v = np.empty(Y.shape), np.empty(n)
+    for i in range(n):
+        o = np.delete(np.arange(n), i)
+        w = np.linalg.solve(Kn[np.ix_(o, o)], Kn[o, i])
+        r[i] = Y[i] - w @ Y[o]
+        v[i] = Kn[i, i] - Kn[i, o] @ w
+    return r, v
+
+
+def test_exact_loo_equals_refitting_without_each_row():
+    X, Y = _data()
+    raw = torch.log(torch.tensor([1.3, 0.8, 0.05], dtype=torch.float64))
+    eng = ExactGP(_rbf, _unpack, X, Y, block_elements=7 * 40)  # column blocks of 7
+    r, v = eng.loo(eng.state(raw))
+    Kn = (_rbf(_unpack(raw), X) + 0.05 * torch.eye(40, dtype=torch.float64)).numpy()
+    r_bf, v_bf = _brute_force(Kn, Y.numpy())
+    np.testing.assert_allclose(r.numpy(), r_bf, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(v.numpy(), v_bf, rtol=1e-7)
+
+
+def test_nystrom_loo_equals_refitting_under_the_low_rank_kernel():
+    X, Y = _data(n=50, seed=1)
+    Z = X[::5].clone()
+    raw = torch.log(torch.tensor([0.9, 1.1, 0.03], dtype=torch.float64))
+    eng = NystromGP(_rbf, _unpack, X, Y, Z, jitter=1e-8, block_elements=13 * 10)
+    p = _unpack(raw)
+    r, v = eng.loo(eng.state(raw), p)
+    Kzz = _rbf(p, Z) + 1e-8 * _rbf(p, Z).diagonal().mean() * torch.eye(10, dtype=torch.float64)
+    Kxz = _rbf(p, X, Z)
+    Q = Kxz @ torch.linalg.solve(Kzz, Kxz.T)
+    Kn = (Q + 0.03 * torch.eye(50, dtype=torch.float64)).numpy()
+    r_bf, v_bf = _brute_force(Kn, Y.numpy())
+    np.testing.assert_allclose(r.numpy(), r_bf, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(v.numpy(), v_bf, rtol=1e-6)
+
+
+def test_factor_is_the_conformal_quantile_squared_and_never_below_one():
+    q = stats.norm.ppf(0.975)
+    z = np.arange(1.0, 20.0)  # 19 residuals: ceil(20 * 0.95) = 19, the largest
+    assert loo_variance_factor(z, q) == pytest.approx((19.0 / q) ** 2)
+    z = np.linspace(0.1, 4.0, 40)  # ceil(41 * 0.95) = 39th smallest, not ceil(40 * 0.95)
+    assert loo_variance_factor(-z, q) == pytest.approx((z[38] / q) ** 2)
+    assert loo_variance_factor(np.full(50, 0.5), q) == 1.0  # narrower is never applied
+    # non-finite residuals are ignored; nothing left or a bad quantile gives 1
+    assert loo_variance_factor(np.r_[z, np.nan, np.inf], q) == pytest.approx((z[38] / q) ** 2)
+    assert loo_variance_factor(np.array([np.nan]), q) == 1.0
+    assert loo_variance_factor(z, 0.0) == 1.0
+
+
+def test_factor_after_widening_covers_the_level_of_the_residuals():
+    rng = np.random.default_rng(0)
+    z = rng.standard_t(3, size=(300, 2)) * 1.7
+    q = stats.norm.ppf(0.975)
+    k = loo_variance_factor(z, q)
+    inside = np.mean(np.abs(z) <= q * math.sqrt(k) * (1 + 1e-12))
+    assert k > 1 and 0.95 <= inside <= 0.95 + 2 / z.size
