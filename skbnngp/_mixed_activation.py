@@ -310,8 +310,8 @@ default=("tanh", "leaky_relu")
                  priors=None, optimizer="lbfgs", preset=None, max_iter=100, tol=1e-6,
                  learning_rate=0.05, subset_size=2000, refine_iter=0, jitter=1e-6,
                  input_scaling="minmax_center", normalize_y=True, include_noise=True,
-                 variance_calibration="loo", batch_size=None, device="auto", dtype="float64", random_state=None,
-                 verbose=0):
+                 variance_calibration="loo", batch_size=None, device="auto", dtype="float64",
+                 random_state=None, verbose=0):
         self.n_anchors = n_anchors
         self.anchors = anchors
         self.approx = approx
