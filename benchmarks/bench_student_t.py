@@ -269,6 +269,7 @@ def claim_models():
         "stp (a by evidence)": stp(prior_shape_bounds=(0.5, 1e4)),
         "nngp (Gaussian prior)": stp(prior="gaussian"),
         "sklearn GP (ARD RBF + White)": sk,
+        "stp, variance_calibration=None": stp(variance_calibration=None),
     }
 
 
