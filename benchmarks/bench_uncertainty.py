@@ -10,7 +10,9 @@ calibration error (mean |observed - nominal| over 19 central intervals).
 
 Models (``--models``):
 
-* ``stp`` ``StudentTProcessRegressor``, ``mixed`` ``MixedActivationGPRegressor``, ``dbk``
+* ``stp`` ``StudentTProcessRegressor``, ``mixed`` ``MixedActivationGPRegressor`` (both
+  with the leave-one-out variance calibration on, the default since 2026-11-26),
+  ``stp_nocal`` and ``mixed_nocal`` the same with ``variance_calibration=None``, ``dbk``
   ``DBKRegressor`` (trained on the exact evidence of its corrected kernel with a tenth of
   the trace regulariser), ``dbk_paper`` ``DBKRegressor(training_objective="bound")`` (the
   paper's bound, the default before 2026-11-25), ``dbk_ev0`` ``DBKRegressor(trace_weight=0)``
@@ -95,9 +97,12 @@ from _harness import (  # noqa: E402
 REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
 SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
 SETS = REAL + SYNTHETIC
-MODELS = ("stp", "mixed", "dbk", "dbk_paper", "dbk_ev0", "richbll", "bll", "gpr", "svgp",
-          "laplace", "ensemble")
-LABELS = {"stp": "StudentTProcessRegressor", "mixed": "MixedActivationGPRegressor",
+MODELS = ("stp", "stp_nocal", "mixed", "mixed_nocal", "dbk", "dbk_paper", "dbk_ev0", "richbll",
+          "bll", "gpr", "svgp", "laplace", "ensemble")
+LABELS = {"stp": "StudentTProcessRegressor",
+          "stp_nocal": "StudentTProcessRegressor(variance_calibration=None)",
+          "mixed": "MixedActivationGPRegressor",
+          "mixed_nocal": "MixedActivationGPRegressor(variance_calibration=None)",
           "dbk": "DBKRegressor",
           "dbk_paper": "DBKRegressor(training_objective='bound')",
           "dbk_ev0": "DBKRegressor(trace_weight=0)",
@@ -312,7 +317,11 @@ def make_model(name, n_features, quick=False, seed=0):
     common = {"device": "cpu", "random_state": seed}
     model = {
         "stp": lambda: skbnngp.StudentTProcessRegressor(**common),
+        "stp_nocal": lambda: skbnngp.StudentTProcessRegressor(variance_calibration=None,
+                                                              **common),
         "mixed": lambda: skbnngp.MixedActivationGPRegressor(**common),
+        "mixed_nocal": lambda: skbnngp.MixedActivationGPRegressor(variance_calibration=None,
+                                                                  **common),
         "dbk": lambda: skbnngp.DBKRegressor(**common),
         "dbk_paper": lambda: skbnngp.DBKRegressor(training_objective="bound", **common),
         "dbk_ev0": lambda: skbnngp.DBKRegressor(trace_weight=0, **common),
