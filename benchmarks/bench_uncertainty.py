@@ -14,11 +14,12 @@ Models (``--models``):
   with the leave-one-out variance calibration on, the default since 2026-11-26),
   ``stp_nocal`` and ``mixed_nocal`` the same with ``variance_calibration=None``, ``dbk``
   ``DBKRegressor`` (trained on the exact evidence of its corrected kernel with a tenth of
-  the trace regulariser), ``dbk_paper`` ``DBKRegressor(training_objective="bound")`` (the
-  paper's bound, the default before 2026-11-25), ``dbk_ev0`` ``DBKRegressor(trace_weight=0)``
-  (the exact evidence alone), ``richbll``
-  ``RichBLLRegressor``, ``bll`` ``RichBLLRegressor(
-  uncertainty="bll")`` (the plain Bayesian last layer on the same network);
+  the trace regulariser; leave-one-out variance calibration on), ``dbk_nocal`` the same
+  with ``variance_calibration=None`` (the default of 2026-11-25), ``dbk_paper``
+  ``DBKRegressor(training_objective="bound")`` (the paper's bound, the default before
+  2026-11-25), ``dbk_ev0`` ``DBKRegressor(trace_weight=0)`` (the exact evidence alone),
+  ``richbll`` ``RichBLLRegressor``, ``bll`` ``RichBLLRegressor(uncertainty="bll")`` (the
+  plain Bayesian last layer on the same network);
 * ``gpr`` scikit-learn's ``GaussianProcessRegressor`` (amplitude x ARD RBF + WhiteKernel,
   ``normalize_y=True``);
 * ``svgp`` GPyTorch's SVGP (500 inducing points, 2,000 steps, ARD RBF, Adam on the ELBO in mini-batches of
@@ -97,13 +98,14 @@ from _harness import (  # noqa: E402
 REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
 SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
 SETS = REAL + SYNTHETIC
-MODELS = ("stp", "stp_nocal", "mixed", "mixed_nocal", "dbk", "dbk_paper", "dbk_ev0", "richbll",
-          "bll", "gpr", "svgp", "laplace", "ensemble")
+MODELS = ("stp", "stp_nocal", "mixed", "mixed_nocal", "dbk", "dbk_nocal", "dbk_paper", "dbk_ev0",
+          "richbll", "bll", "gpr", "svgp", "laplace", "ensemble")
 LABELS = {"stp": "StudentTProcessRegressor",
           "stp_nocal": "StudentTProcessRegressor(variance_calibration=None)",
           "mixed": "MixedActivationGPRegressor",
           "mixed_nocal": "MixedActivationGPRegressor(variance_calibration=None)",
           "dbk": "DBKRegressor",
+          "dbk_nocal": "DBKRegressor(variance_calibration=None)",
           "dbk_paper": "DBKRegressor(training_objective='bound')",
           "dbk_ev0": "DBKRegressor(trace_weight=0)",
           "richbll": "RichBLLRegressor",
@@ -113,7 +115,7 @@ LABELS = {"stp": "StudentTProcessRegressor",
 SECTIONS = ("cv", "cv_seeds", "extrap", "extrap_seeds", "concrete20", "large")
 #: ``extrap_seeds``: the models whose fit depends on the seed (a network's initialisation
 #: and batches), refitted with these ``random_state`` values on the extrapolation splits.
-NETWORK_MODELS = ("dbk", "dbk_paper", "dbk_ev0", "richbll", "bll", "laplace",
+NETWORK_MODELS = ("dbk", "dbk_nocal", "dbk_paper", "dbk_ev0", "richbll", "bll", "laplace",
                   "ensemble")
 EXTRAP_SEEDS = (0, 1, 2, 3, 4)
 SVGP_MIN_ROWS = 5000
@@ -323,6 +325,7 @@ def make_model(name, n_features, quick=False, seed=0):
         "mixed_nocal": lambda: skbnngp.MixedActivationGPRegressor(variance_calibration=None,
                                                                   **common),
         "dbk": lambda: skbnngp.DBKRegressor(**common),
+        "dbk_nocal": lambda: skbnngp.DBKRegressor(variance_calibration=None, **common),
         "dbk_paper": lambda: skbnngp.DBKRegressor(training_objective="bound", **common),
         "dbk_ev0": lambda: skbnngp.DBKRegressor(trace_weight=0, **common),
         "richbll": lambda: skbnngp.RichBLLRegressor(**common),

@@ -21,7 +21,8 @@ from ._backend import (ACTIVATIONS, BLREvidence, BLRPosterior, DiagNoiseEvidence
                        as_tensor,
                        auto_batch_size, blr_fit_scales, blr_log_evidence, blr_log_evidence_diag,
                        blr_posterior,
-                       blr_stats, build_mlp, chunked_apply, iter_slices, to_float, to_numpy)
+                       blr_stats, build_mlp, chunked_apply, iter_slices, loo_variance_factor,
+                       to_float, to_numpy)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
                     TorchEstimatorMixin, check_hidden_layer_sizes, check_predict_params,
                     clip_variances,
@@ -318,6 +319,16 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         trained model, so that it cannot collapse to ``noise_lower_bound``, and at least
         the noise the evidence of all rows chooses, so that a validation split that misses
         the outliers of heavy-tailed noise cannot shrink it (User Guide, "Calibration").
+    variance_calibration : {"loo"} or None, default="loo"
+        ``inference="exact"`` only: after the posterior conditions on every row, the
+        predictive variance is multiplied by the smallest factor ``variance_factor_ >= 1``
+        under which the central 95 % interval holds 95 % of the closed-form leave-one-out
+        residuals of the rows (their finite-sample, split-conformal quantile): with the
+        features fixed, row ``i`` left out has residual ``(y_i - mu_i) / (1 - s_i / d_i)``
+        and variance ``d_i^2 / (d_i - s_i)`` (``s_i`` its posterior variance of ``f``,
+        ``d_i`` its noise plus correction), O(n r^2). It only widens; the mean is unchanged.
+        ``None``, ``inference="svi"`` and ``preset="paper"``: the model's own predictive.
+        Chosen by ``benchmarks/bench_uncertainty.py`` (User Guide, "Calibration").
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows, score the predictive NLL on them every
         ``validation_interval`` epochs, stop after ``n_iter_no_change`` epochs without
@@ -377,6 +388,9 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     noise_variance_ : float
         Noise variance on the normalised target scale (trained, then re-estimated by
         ``scale_selection``).
+    variance_factor_ : float
+        Factor (>= 1) on the predictive variance set by ``variance_calibration`` (1 without
+        it); ``noise_variance_`` is before it.
     weight_mean_ : ndarray of shape (n_basis, n_targets)
         Posterior (exact) or variational (svi) mean of the basis weights.
     weight_cov_factor_ : ndarray of shape (n_basis, n_basis)
@@ -478,6 +492,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
         "noise_init": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "scale_selection": [StrOptions({"evidence", "heldout"}), None],
+        "variance_calibration": [StrOptions({"loo"}), None],
         "noise_lower_bound": [Interval(numbers.Real, 0, None, closed="neither")],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither"),
@@ -501,7 +516,8 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                  architecture="mlp", network=None, inference="exact", variance_correction="auto",
                  training_objective="auto", trace_weight="auto", batch_size=256,
                  max_iter=None, learning_rate=1e-2, weight_decay=1e-4, noise_init=1e-2,
-                 noise_lower_bound=1e-6, scale_selection="heldout", early_stopping=True,
+                 noise_lower_bound=1e-6, scale_selection="heldout", variance_calibration="loo",
+                 early_stopping=True,
                  validation_fraction="auto", validation_interval=None, n_iter_no_change=None,
                  tol=1e-4, feature_scale="inv_sqrt_n_basis", preset=None, scale_inputs=True,
                  normalize_y=True, include_noise=True, device="auto", dtype="float64",
@@ -522,6 +538,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         self.noise_init = noise_init
         self.noise_lower_bound = noise_lower_bound
         self.scale_selection = scale_selection
+        self.variance_calibration = variance_calibration
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.validation_interval = validation_interval
@@ -730,6 +747,26 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                              context=f"{type(self).__name__}: Phi^T Phi + noise I")
         return post, M
 
+    def _loo_factor(self, feat, X, Y, post, s2, M, correction, chunk):
+        """``variance_factor_`` from the leave-one-out residuals of the rows, in row blocks.
+
+        With ``d_i = s2 + c_i`` the noise and correction of row ``i``, ``mu_i`` and ``s_i``
+        its posterior mean and latent variance given every row, the posterior without row
+        ``i`` predicts ``y_i`` with residual ``(y_i - mu_i) / (1 - s_i / d_i)`` and variance
+        ``d_i^2 / (d_i - s_i)``; their ratio is ``(y_i - mu_i) / sqrt(d_i - s_i)``.
+        """
+        z = []
+        with torch.no_grad():
+            for sl in iter_slices(X.shape[0], chunk):
+                Phi = feat(X[sl])
+                mean, var_f = post.predict(Phi)
+                d = s2 + (torch.clamp(M - Phi.square().sum(1), min=0.0) if correction else 0.0)
+                gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
+                z.append((Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1))
+        level = self._calibration_level
+        return loo_variance_factor(to_numpy(torch.cat(z)),
+                                   float(stats.norm.ppf(0.5 + level / 2)), level)
+
     @staticmethod
     def _moments(post, Phi, s2, M, correction, include_noise=True):
         """Normalised predictive mean (m x C) and variance (m,) at features ``Phi``."""
@@ -838,6 +875,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                           "rule fired; increase max_iter or learning_rate, or lower "
                           "n_iter_no_change.", ConvergenceWarning, stacklevel=4)
         net.eval()
+        factor = 1.0
         with torch.no_grad():
             s2 = state.noise().detach()
             stream = None
@@ -873,6 +911,8 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                 post, M = self._exact_posterior(feat, Xall, Yall, s2, correction, chunk)
                 self.log_marginal_likelihood_value_ = ev_all(a, s2_new)
                 self.elbo_ = None
+                if self.variance_calibration == "loo" and self.preset is None:
+                    factor = self._loo_factor(feat, Xall, Yall, post, s2, M, correction, chunk)
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve
         self.validation_scores_ = res.validation_scores
         self.best_iteration_ = res.best_epoch
@@ -880,7 +920,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         self.n_samples_seen_ = len(tr) if svi else n
         cfg.update(inference=self.inference, raw_learning_rate=self.learning_rate)
         self._noise_lower = float(self.noise_lower_bound)
-        self._publish(net, scale, correction, s2, post, M, stream, cfg, chunk)
+        self._publish(net, scale, correction, s2, post, M, stream, cfg, chunk, factor)
         return self
 
     @staticmethod
@@ -902,10 +942,11 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                                   + kl_to_prior(post.mean, post.factor))
             return total - to_float(kl_to_prior(post.mean, post.factor))
 
-    def _publish(self, net, scale, correction, s2, post, M, stream, cfg, chunk):
+    def _publish(self, net, scale, correction, s2, post, M, stream, cfg, chunk, factor=1.0):
         """Set every fitted attribute and the device cache, at the end of a (partial) fit:
         nothing fitted is changed in place before this point."""
         net.eval()
+        self.variance_factor_ = float(factor)
         s2 = torch.as_tensor(s2).detach()
         self.network_ = net
         self.n_basis_ = int(post.mean.shape[0])
@@ -1083,11 +1124,12 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         with torch.no_grad():
             mean, var = self._moments(post, Phi, s2, M, self.variance_correction_,
                                       include_noise=self.include_noise)
+            k = getattr(self, "variance_factor_", 1.0)
             if full_cov:
                 V = post.covariance(Phi)
                 V.diagonal().copy_(var)
-                return to_numpy(mean), clip_variances(self, to_numpy(V), True)
-        return to_numpy(mean), clip_variances(self, to_numpy(var), False)
+                return to_numpy(mean), clip_variances(self, to_numpy(V) * k, True)
+        return to_numpy(mean), clip_variances(self, to_numpy(var) * k, False)
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally its standard deviation or covariance.
