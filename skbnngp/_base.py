@@ -357,17 +357,17 @@ class GPRegressorMixin(PredictDistMixin):
     _calibration_level = 0.95
 
     def _calibrate_variance(self, engine, state, params, unit_quantile):
-        """Set ``variance_factor_`` from the leave-one-out residuals of the fitted ``state``.
+        """Set ``calibration_factor_`` from the leave-one-out residuals of the fitted ``state``.
 
         ``unit_quantile`` is the ``(1 + level) / 2`` quantile of the predictive at unit
         variance. 1 unless ``variance_calibration="loo"``; see :func:`loo_variance_factor`.
         """
-        self.variance_factor_ = 1.0
+        self.calibration_factor_ = 1.0
         if self.variance_calibration != "loo":
             return
         r, v = engine.loo(state, params)
         z = to_numpy(r) / np.sqrt(np.maximum(to_numpy(v), 1e-300))[:, None]
-        self.variance_factor_ = loo_variance_factor(z, unit_quantile, self._calibration_level)
+        self.calibration_factor_ = loo_variance_factor(z, unit_quantile, self._calibration_level)
 
     def _variance_multiplier(self):
         return 1.0

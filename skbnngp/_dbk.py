@@ -321,7 +321,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         the outliers of heavy-tailed noise cannot shrink it (User Guide, "Calibration").
     variance_calibration : {"loo"} or None, default="loo"
         ``inference="exact"`` only: after the posterior conditions on every row, the
-        predictive variance is multiplied by the smallest factor ``variance_factor_ >= 1``
+        predictive variance is multiplied by the smallest factor ``calibration_factor_ >= 1``
         under which the central 95 % interval holds 95 % of the closed-form leave-one-out
         residuals of the rows (their finite-sample, split-conformal quantile): with the
         features fixed, row ``i`` left out has residual ``(y_i - mu_i) / (1 - s_i / d_i)``
@@ -388,7 +388,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     noise_variance_ : float
         Noise variance on the normalised target scale (trained, then re-estimated by
         ``scale_selection``).
-    variance_factor_ : float
+    calibration_factor_ : float
         Factor (>= 1) on the predictive variance set by ``variance_calibration`` (1 without
         it); ``noise_variance_`` is before it.
     weight_mean_ : ndarray of shape (n_basis, n_targets)
@@ -748,7 +748,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         return post, M
 
     def _loo_factor(self, feat, X, Y, post, s2, M, correction, chunk):
-        """``variance_factor_`` from the leave-one-out residuals of the rows, in row blocks.
+        """``calibration_factor_`` from the leave-one-out residuals of the rows, in row blocks.
 
         With ``d_i = s2 + c_i`` the noise and correction of row ``i``, ``mu_i`` and ``s_i``
         its posterior mean and latent variance given every row, the posterior without row
@@ -946,7 +946,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         """Set every fitted attribute and the device cache, at the end of a (partial) fit:
         nothing fitted is changed in place before this point."""
         net.eval()
-        self.variance_factor_ = float(factor)
+        self.calibration_factor_ = float(factor)
         s2 = torch.as_tensor(s2).detach()
         self.network_ = net
         self.n_basis_ = int(post.mean.shape[0])
@@ -1124,7 +1124,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         with torch.no_grad():
             mean, var = self._moments(post, Phi, s2, M, self.variance_correction_,
                                       include_noise=self.include_noise)
-            k = getattr(self, "variance_factor_", 1.0)
+            k = getattr(self, "calibration_factor_", 1.0)
             if full_cov:
                 V = post.covariance(Phi)
                 V.diagonal().copy_(var)

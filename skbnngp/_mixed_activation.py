@@ -184,7 +184,7 @@ default=("tanh", "leaky_relu")
         gives the latent f.
     variance_calibration : {"loo"} or None, default="loo"
         ``"loo"``: after the fit, the predictive variance is multiplied by the smallest
-        factor ``variance_factor_ >= 1`` under which the central 95 % Gaussian interval
+        factor ``calibration_factor_ >= 1`` under which the central 95 % Gaussian interval
         holds 95 % of the closed-form leave-one-out residuals of the training rows (their
         finite-sample, split-conformal quantile; under ``approx="nystrom"`` those of
         ``Q + noise I``, O(n m^2)). The same GP with its amplitude and noise scaled by the
@@ -225,7 +225,7 @@ default=("tanh", "leaky_relu")
         Training targets after normalisation.
     log_marginal_likelihood_value_ : float
         At ``theta_`` (under the Nystrom approximation when ``approx="nystrom"``).
-    variance_factor_ : float
+    calibration_factor_ : float
         Factor (>= 1) on the predictive variance set by ``variance_calibration``.
     map_objective_value_ : float
         ``-log_marginal_likelihood_value_`` plus the prior terms of (20).
@@ -511,7 +511,7 @@ default=("tanh", "leaky_relu")
             raw = self._optimise(engine, raw, bounds, priors, rng)
         st = engine.state(raw, warn=True, context=f"{type(self).__name__}: training kernel")
         self._set_fitted(raw, st, priors)
-        self.variance_factor_ = 1.0
+        self.calibration_factor_ = 1.0
         if self.preset is None:
             self._calibrate_variance(engine, st, layout.unpack(raw),
                                      float(stats.norm.ppf(0.5 + self._calibration_level / 2)))
@@ -594,7 +594,7 @@ default=("tanh", "leaky_relu")
         mean, V = gp_predict(partial(_kernel, self._layout.acts), p, cache, Xq, full_cov=full_cov,
                              noise=p["noise_variance"] if self.include_noise else 0.0,
                              batch_size=self.batch_size)
-        V = to_numpy(V) * getattr(self, "variance_factor_", 1.0)
+        V = to_numpy(V) * getattr(self, "calibration_factor_", 1.0)
         return to_numpy(mean), clip_variances(self, V, full_cov)
 
     def predict(self, X, return_std=False, return_cov=False):

@@ -146,7 +146,7 @@ default="invgamma"
         predictive covers noisy test targets far below its nominal level.
     variance_calibration : {"loo"} or None, default="loo"
         ``"loo"``: after the fit, the predictive variance is multiplied by the smallest
-        factor ``variance_factor_ >= 1`` under which the central 95 % interval holds 95 % of
+        factor ``calibration_factor_ >= 1`` under which the central 95 % interval holds 95 % of
         the closed-form leave-one-out residuals of the training rows (their finite-sample,
         split-conformal quantile). It is the same t-process with its amplitude ``s`` scaled,
         so the mean, the shape of the predictive and ``log_marginal_likelihood`` are
@@ -245,7 +245,7 @@ prior_scale_bounds : pair of floats or "fixed"
         mixture).
     posterior_shape_, posterior_scale_ : float
         Inverse-gamma posterior of ``s`` (``nan`` for other priors).
-    variance_factor_ : float
+    calibration_factor_ : float
         Factor (>= 1) on the predictive variance set by ``variance_calibration`` (1 without
         it). ``posterior_scale_`` and ``df_`` are those of the evidence, before it.
     log_marginal_likelihood_value_ : float
@@ -501,7 +501,7 @@ prior_scale_bounds : pair of floats or "fixed"
                     else (math.inf if mix.kind == "delta" else math.nan))
         self._cache = cache
         if self.predictive_ == "ntk_trained":
-            self.variance_factor_ = 1.0
+            self.calibration_factor_ = 1.0
         else:  # the LOO residuals are read against the predictive of unit variance
             level = self._calibration_level
             unit = mix.predictive(np.zeros(1), np.ones(1)).ppf(0.5 + level / 2)
@@ -626,7 +626,7 @@ prior_scale_bounds : pair of floats or "fixed"
         if self.predictive_ != "ntk_trained":
             mean, V = gp_predict(eng.kernel, p, f, Xq, full_cov=full_cov, noise=lam,
                                  batch_size=self.batch_size)
-            V = to_numpy(V) * getattr(self, "variance_factor_", 1.0)
+            V = to_numpy(V) * getattr(self, "calibration_factor_", 1.0)
             return to_numpy(mean), clip_variances(self, V, full_cov)
 
         def block(Xb, cov):  # Thm 3.3: mean and Theta' from the NTK

@@ -9,7 +9,7 @@ DT = torch.float64
 def assert_matches_dense_corrected_gp(reg, X, y, Xs):
     """``reg.predict(Xs)`` equals the dense GP on ``(X, y)`` whose kernel is
     ``Phi Phi^T + diag(M - |phi_i|^2)`` (eq. 12, ``M`` the data maximum) with the fitted
-    features, noise and prior scale, its variance times ``variance_factor_``. Returns ``M``."""
+    features, noise and prior scale, its variance times ``calibration_factor_``. Returns ``M``."""
     cache = reg._get_cache()
     with torch.no_grad():
         Phi = cache["feat"](torch.as_tensor(reg._scale_X(X)))
@@ -23,5 +23,5 @@ def assert_matches_dense_corrected_gp(reg, X, y, Xs):
           + s2)
     mean, std = reg.predict(Xs, return_std=True)
     np.testing.assert_allclose(mean, dm.numpy(), rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(std ** 2, dv.numpy() * reg.variance_factor_, rtol=1e-8)
+    np.testing.assert_allclose(std ** 2, dv.numpy() * reg.calibration_factor_, rtol=1e-8)
     return float(M)

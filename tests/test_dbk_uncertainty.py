@@ -264,7 +264,7 @@ def _dense_loo_z(reg, X, y):
     return (Ki @ Y) / d * np.sqrt(d)
 
 
-def test_variance_factor_is_the_conformal_quantile_of_the_dense_loo_residuals():
+def test_calibration_factor_is_the_conformal_quantile_of_the_dense_loo_residuals():
     from skbnngp._backend import loo_variance_factor
     X, y = _data(n=120, seed=4)
     y = y + 0.6 * np.abs(X[:, 1]) * np.random.default_rng(1).standard_normal(120)
@@ -272,10 +272,10 @@ def test_variance_factor_is_the_conformal_quantile_of_the_dense_loo_residuals():
     z = _dense_loo_z(reg, X, y)
     expected = loo_variance_factor(z, stats.norm.ppf(0.975))
     assert expected > 1.05  # heteroscedastic noise: the fit needs widening
-    assert reg.variance_factor_ == pytest.approx(expected, rel=1e-8)
+    assert reg.calibration_factor_ == pytest.approx(expected, rel=1e-8)
     # the widened 95 % interval holds the ceil(0.95 (n + 1)) = 115 smallest of the 120
     # leave-one-out residuals, the 115th on its edge (the smallest such factor)
-    half = stats.norm.ppf(0.975) * math.sqrt(reg.variance_factor_)
+    half = stats.norm.ppf(0.975) * math.sqrt(reg.calibration_factor_)
     assert np.sum(np.abs(z) <= half * (1 + 1e-9)) == 115
     assert np.sum(np.abs(z) < half * (1 - 1e-9)) == 114
 
@@ -285,14 +285,14 @@ def test_variance_calibration_widens_only_the_variance():
     y = y + 0.6 * np.abs(X[:, 1]) * np.random.default_rng(1).standard_normal(120)
     cal = DBKRegressor(**SMALL).fit(X, y)
     raw = DBKRegressor(**SMALL, variance_calibration=None).fit(X, y)
-    assert raw.variance_factor_ == 1.0 and cal.variance_factor_ > 1.0
+    assert raw.calibration_factor_ == 1.0 and cal.calibration_factor_ > 1.0
     m1, s1 = cal.predict(X[:7], return_std=True)
     m0, s0 = raw.predict(X[:7], return_std=True)
     np.testing.assert_allclose(m1, m0)
-    np.testing.assert_allclose(s1, s0 * math.sqrt(cal.variance_factor_), rtol=1e-10)
+    np.testing.assert_allclose(s1, s0 * math.sqrt(cal.calibration_factor_), rtol=1e-10)
     np.testing.assert_allclose(cal.predict(X[:7], return_cov=True)[1],
-                               raw.predict(X[:7], return_cov=True)[1] * cal.variance_factor_,
+                               raw.predict(X[:7], return_cov=True)[1] * cal.calibration_factor_,
                                rtol=1e-10)
     assert cal.noise_variance_ == raw.noise_variance_
     svi = DBKRegressor(**{**SMALL, "max_iter": 3}, inference="svi").fit(X, y)
-    assert svi.variance_factor_ == 1.0
+    assert svi.calibration_factor_ == 1.0

@@ -70,9 +70,9 @@ def _loo_brute_force(model, make, X, y, plain):
 def test_calibration_scales_the_variance_and_keeps_the_mean(make):
     X, y, Xt, _ = _cpu()
     cal, raw = _fit(make, X, y), _fit(make, X, y, variance_calibration=None)
-    assert raw.variance_factor_ == 1.0
+    assert raw.calibration_factor_ == 1.0
     # a skewed, heteroscedastic target: the evidence fits the kernel too tightly
-    k = cal.variance_factor_
+    k = cal.calibration_factor_
     assert k > 1.2
     m1, s1 = cal.predict(Xt, return_std=True)
     m0, s0 = raw.predict(Xt, return_std=True)
@@ -99,8 +99,8 @@ def test_calibrated_intervals_hold_95_percent_of_the_leave_one_out_residuals(mak
     if isinstance(model, StudentTProcessRegressor):
         unit_q = stats.t.ppf(0.975, model.df_) * np.sqrt(
             model.posterior_scale_ / model.posterior_shape_)
-    half = unit_q * np.sqrt(model.variance_factor_)
-    assert model.variance_factor_ > 1  # these 60 rows need widening
+    half = unit_q * np.sqrt(model.calibration_factor_)
+    assert model.calibration_factor_ > 1  # these 60 rows need widening
     assert np.mean(np.abs(z) <= half * (1 + 1e-6)) >= 0.95
     # the smallest such widening: the 58th smallest |z| (ceil(61 * 0.95)) is on the edge
     assert np.sort(np.abs(z))[57] == pytest.approx(half, rel=1e-5)
@@ -112,7 +112,7 @@ def test_well_specified_data_keep_a_factor_near_one(make):
     rng = np.random.default_rng(3)
     X = rng.uniform(-2, 2, (200, 1))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(200)
-    k = _fit(make, X, y).variance_factor_
+    k = _fit(make, X, y).calibration_factor_
     # the 95 % quantile of 200 |z| has a sampling sd of about 0.26 around 1.96
     assert 1.0 <= k < 1.6
 
@@ -120,14 +120,14 @@ def test_well_specified_data_keep_a_factor_near_one(make):
 def test_not_applied_where_the_predictive_is_not_the_gp_posterior():
     X, y, _, _ = _cpu()
     ntk = _fit(REGRESSORS[0].values[0], X[:80], y[:80], predictive="ntk_trained")
-    assert ntk.variance_factor_ == 1.0
+    assert ntk.calibration_factor_ == 1.0
     paper = _fit(REGRESSORS[1].values[0], X[:80], y[:80], preset="paper")
-    assert paper.variance_factor_ == 1.0
+    assert paper.calibration_factor_ == 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf = StudentTProcessClassifier(device="cpu", random_state=0, max_iter=30).fit(
             X[:80], y[:80] > 30)
-    assert clf.regressor_.variance_factor_ == 1.0
+    assert clf.regressor_.calibration_factor_ == 1.0
 
 
 def test_invalid_variance_calibration_is_rejected():
