@@ -755,16 +755,16 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         ``i`` predicts ``y_i`` with residual ``(y_i - mu_i) / (1 - s_i / d_i)`` and variance
         ``d_i^2 / (d_i - s_i)``; their ratio is ``(y_i - mu_i) / sqrt(d_i - s_i)``.
         """
-        z = []
+        z = torch.empty_like(Y)  # allocated once (see NystromGP.loo)
         with torch.no_grad():
             for sl in iter_slices(X.shape[0], chunk):
                 Phi = feat(X[sl])
                 mean, var_f = post.predict(Phi)
                 d = s2 + (torch.clamp(M - Phi.square().sum(1), min=0.0) if correction else 0.0)
                 gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
-                z.append((Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1))
+                z[sl] = (Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1)
         level = self._calibration_level
-        return loo_variance_factor(to_numpy(torch.cat(z)),
+        return loo_variance_factor(to_numpy(z),
                                    float(stats.norm.ppf(0.5 + level / 2)), level)
 
     @staticmethod
