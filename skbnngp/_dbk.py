@@ -328,7 +328,8 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         and variance ``d_i^2 / (d_i - s_i)`` (``s_i`` its posterior variance of ``f``,
         ``d_i`` its noise plus correction), O(n r^2). It only widens; the mean is unchanged.
         ``None``, ``inference="svi"`` and ``preset="paper"``: the model's own predictive.
-        Chosen by ``benchmarks/bench_uncertainty.py`` (User Guide, "Calibration").
+        Chosen by ``benchmarks/bench_uncertainty.py`` (User Guide, "Leave-one-out variance
+        calibration": 5-fold mean NLPD minus sklearn's GP +0.049 -> -0.025).
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows, score the predictive NLL on them every
         ``validation_interval`` epochs, stop after ``n_iter_no_change`` epochs without

@@ -155,7 +155,7 @@ default="invgamma"
         targets) gets honest intervals, a well-specified one keeps a factor near 1. ``None``:
         the paper's predictive. Not applied with ``predictive="ntk_trained"``. Chosen by
         ``benchmarks/bench_uncertainty.py`` (User Guide, "Leave-one-out variance
-        calibration"): cpu_performance 95 % coverage 0.871 -> 0.93.
+        calibration"): cpu_performance 95 % coverage 0.871 -> 0.924.
     ard : bool, default=True
         Automatic relevance determination: the first hidden layer gets one weight variance
         per input feature, ``sigma_w^2 r_i`` (the NNGP of a network whose first-layer weights
