@@ -26,7 +26,6 @@ X_TR = np.array([[1, 0, 0], [0, 2, 0], [1, 1, 1], [-1, 0.5, 2], [0.3, -0.7, 0.2]
 Y_TR = np.array([0.5, -1.0, 0.25, 2.0, -0.3])
 X_TE = np.array([[0.5, 0.5, 0.5], [-2, 1, 0]], float)
 Y_TE = np.array([0.4, 1.5])
-# the paper's kernel
 FIXED = {"depth": 3, "activation": "relu", "weight_variance": 2.0, "bias_variance": 0.1,
          "alpha": 1e-2, "prior_shape": 2.0, "prior_scale": 2.0, "normalize_X": False,
          "normalize_y": False, "include_noise": False, "optimizer": None, "device": "cpu",
@@ -127,8 +126,9 @@ def test_predictive_is_inverse_gamma_mixture():
     a_post, b_post = reg.posterior_shape_, reg.posterior_scale_
     dens = reg.predict_dist(X_TE).pdf(Y_TE)
     for i in range(2):
-        f = lambda s: (stats.norm.pdf(Y_TE[i], mu[i], np.sqrt(s) * v[i])
-                       * stats.invgamma.pdf(s, a_post, scale=b_post))
+        def f(s, i=i):
+            return (stats.norm.pdf(Y_TE[i], mu[i], np.sqrt(s) * v[i])
+                    * stats.invgamma.pdf(s, a_post, scale=b_post))
         val, _ = integrate.quad(f, 0, np.inf, limit=200)
         assert dens[i] == pytest.approx(val, rel=1e-7)
 

@@ -25,7 +25,7 @@ from ._chunks import (CPU_BLOCK_ELEMENTS, auto_batch_size, block_elements, check
                       iter_slices)
 from ._linalg import cho_solve, solve_lower, stable_cholesky
 
-__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal"]
+__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal", "loo_variance_factor"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 #: Kernel entries per row block on the CPU (on CUDA, :func:`~._chunks.block_elements` scales
@@ -350,8 +350,9 @@ def loo_variance_factor(z, quantile, level=0.95):
     ``z`` are the residuals divided by their leave-one-out standard deviations (any shape,
     non-finite entries ignored) and ``quantile`` the ``(1 + level) / 2`` quantile of the
     predictive at unit variance (1.96 for a Gaussian at 95 %). The residual quantile is the
-    finite-sample (split-conformal) one, the ``ceil((n + 1) level)``-th smallest ``|z|``.
-    The factor is never below 1: the intervals are only widened.
+    finite-sample (split-conformal) one, the ``ceil((n + 1) level)``-th smallest ``|z|``;
+    below ``1 / (1 - level) - 1`` residuals (19 at 95 %) that rank does not exist and the
+    largest ``|z|`` is used. The factor is never below 1: the intervals are only widened.
     """
     a = np.sort(np.abs(np.asarray(z, dtype=np.float64)).ravel())
     a = a[np.isfinite(a)]
