@@ -70,11 +70,13 @@ MODELS = ("stpc", "fidgp", "lr", "gpc", "mlp", "ensemble")
 #: Ablations (``--models`` only; not in the full run): name -> (model, parameters)
 VARIANTS = {"fidgp_none": ("fidgp", {"calibration": None}),
             "fidgp_temp": ("fidgp", {"calibration": "temperature"}),
-            "stpc_alpha10": ("stpc", {"alpha_bounds": (1e-6, 10.0)})}
+            "stpc_alpha10": ("stpc", {"alpha_bounds": (1e-6, 10.0)}),
+            "stpc_shared": ("stpc", {"ard": False})}
 LABELS = {"stpc": "StudentTProcessClassifier", "fidgp": "FiDGPClassifier",
           "fidgp_none": "FiD-GP, calibration=None",
           "fidgp_temp": "FiD-GP, calibration='temperature'",
           "stpc_alpha10": "Student-t, alpha_bounds=(1e-6, 10)",
+          "stpc_shared": "Student-t, ard=False",
           "lr": "LogisticRegression", "gpc": "sklearn GP classifier",
           "mlp": "MLPClassifier", "ensemble": "5-MLP ensemble"}
 METRICS = ("accuracy", "nll", "brier", "ece", "fit_s")
