@@ -913,11 +913,13 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         if self.ard == "auto" and use_loo and X.shape[1] > 1:
             fits = [self._fit_one(X, Y, yi, False, use_loo),
                     self._fit_one(X, Y, yi, True, use_loo)]
-            gain = fits[0]["rows"] - fits[1]["rows"]  # paired per-row LOO log-loss gains
-            se = float(np.std(gain, ddof=1) / math.sqrt(gain.size))
-            self.ard_loo_gain_ = (float(np.mean(gain)), se)
-            chosen = fits[1] if (self.ard_loo_gain_[0] > self._ard_z * se
-                                 and not self._degenerate(fits[1])) else fits[0]
+            chosen, self.ard_loo_gain_ = fits[0], None
+            if fits[0]["rows"] is not None and fits[1]["rows"] is not None:
+                gain = fits[0]["rows"] - fits[1]["rows"]  # paired per-row LOO gains
+                se = float(np.std(gain, ddof=1) / math.sqrt(gain.size))
+                self.ard_loo_gain_ = (float(np.mean(gain)), se)
+                if self.ard_loo_gain_[0] > self._ard_z * se and not self._degenerate(fits[1]):
+                    chosen = fits[1]
         else:
             chosen = self._fit_one(X, Y, yi, self.ard is True, use_loo)
             self.ard_loo_gain_ = None

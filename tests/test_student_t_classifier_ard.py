@@ -134,3 +134,19 @@ def test_coarse_to_fine_search_scores_fewer_points(irrelevant, monkeypatch):
     # 37 grid points (4 a decade over 1e-6..1e3), plus the evidence's value unless on one
     assert calls[1] in (37, 38)
     assert calls[4] <= 20
+
+
+def test_auto_falls_back_to_the_shared_kernel_without_leave_one_out_scores(irrelevant,
+                                                                         monkeypatch):
+    # a grid on which every leave-one-out loss is non-finite gives no per-row scores
+    X, y = irrelevant
+    orig = StudentTProcessClassifier._loo_alpha
+
+    def no_scores(self, reg, yi):
+        alpha, _, _, rows = orig(self, reg, yi)
+        return (alpha, None, 0.0, None) if reg.ard_ else orig(self, reg, yi)
+
+    monkeypatch.setattr(StudentTProcessClassifier, "_loo_alpha", no_scores)
+    clf = _fit(X[:80], y[:80])
+    assert clf.ard_loo_gain_ is None and not clf.ard_
+    assert np.all(np.isfinite(clf.predict_proba(X)))
