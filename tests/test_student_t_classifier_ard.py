@@ -150,3 +150,27 @@ def test_auto_falls_back_to_the_shared_kernel_without_leave_one_out_scores(irrel
     clf = _fit(X[:80], y[:80])
     assert clf.ard_loo_gain_ is None and not clf.ard_
     assert np.all(np.isfinite(clf.predict_proba(X)))
+
+
+@pytest.mark.parametrize("keep_ard", [False, True])
+def test_only_the_kept_fits_warnings_reach_the_user(irrelevant, monkeypatch, keep_ard):
+    import warnings
+
+    from skbnngp import StudentTProcessRegressor
+
+    X, y = irrelevant
+    orig_fit = StudentTProcessRegressor.fit
+
+    def noisy_fit(self, X, y):
+        out = orig_fit(self, X, y)
+        warnings.warn(f"fit with ard={self.ard}", UserWarning)
+        return out
+
+    monkeypatch.setattr(StudentTProcessRegressor, "fit", noisy_fit)
+    monkeypatch.setattr(StudentTProcessClassifier, "_ard_z", 2.0 if keep_ard else np.inf)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = _fit(X, y)
+    assert clf.ard_ is keep_ard
+    messages = [str(w.message) for w in caught if w.category is UserWarning]
+    assert messages == [f"fit with ard={keep_ard}"]
