@@ -768,15 +768,15 @@ class StudentTProcessClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstima
         One first-layer weight variance per feature (see :class:`StudentTProcessRegressor`).
         ``"auto"`` fits the kernel with and without ARD and keeps ARD only when its
         per-row leave-one-out class log losses beat the shared kernel's by more than two
-        standard errors of the paired differences and its evidence fit is not the
-        degenerate one of small data (``alpha`` on its lower bound, the one-hot targets
-        interpolated, with a kernel hyperparameter on a bound); otherwise the shared kernel.
-        Only the kept fit's warnings are shown. ``"auto"`` needs ``alpha_selection="loo"``;
-        without it, and with one feature, it means ``False``. It costs a second fit.
-        Measured in the User Guide:
-        ARD alone overfits the evidence on small sets (wine and breast_cancer test NLL 0.14
-        and 0.11 against 0.036 and 0.080 without it), the rule keeps the shared kernel there
-        and takes ARD on ``overlap`` (NLL 0.368 -> 0.258).
+        standard errors of the paired differences (and by at least 0.001 nats a row) and
+        its evidence fit is not the degenerate one of small data (``alpha`` on its lower
+        bound, the one-hot targets interpolated, with a kernel hyperparameter on a bound);
+        otherwise the shared kernel. Only the kept fit's warnings are shown. ``"auto"``
+        needs ``alpha_selection="loo"``; without it, and with one feature, it means
+        ``False``. It costs a second fit. Measured in the User Guide: ARD alone overfits
+        the evidence on small sets (wine and breast_cancer test NLL 0.14 and 0.11 against
+        0.036 and 0.080 without it); the rule keeps the shared kernel there and takes ARD
+        on ``overlap`` (NLL 0.368 -> 0.258).
     weight_variance_bounds, bias_variance_bounds, alpha_bounds, prior_shape_bounds, \
 prior_scale_bounds : pair of floats or "fixed"
         Boxes of the hyperparameters, as for :class:`StudentTProcessRegressor` (same
@@ -920,7 +920,8 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                 gain = fits[0]["rows"] - fits[1]["rows"]  # paired per-row LOO gains
                 se = float(np.std(gain, ddof=1) / math.sqrt(gain.size))
                 self.ard_loo_gain_ = (float(np.mean(gain)), se)
-                if self.ard_loo_gain_[0] > self._ard_z * se and not self._degenerate(fits[1]):
+                if (self.ard_loo_gain_[0] > max(self._ard_z * se, self._ard_min_gain)
+                        and not self._degenerate(fits[1])):
                     chosen = fits[1]
         else:
             chosen = self._fit_one(X, Y, yi, self.ard is True, use_loo)
@@ -950,8 +951,10 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
     _loo_coarse = 4
 
     #: ``ard="auto"`` takes the ARD kernel only when its mean paired leave-one-out gain is
-    #: more than this many standard errors above zero (and its fit is not degenerate).
-    _ard_z = 2.0
+    #: more than ``_ard_z`` standard errors above zero and at least ``_ard_min_gain`` nats a
+    #: row (where both kernels predict alike, the paired differences are tiny and so is
+    #: their standard error), and its fit is not degenerate.
+    _ard_z, _ard_min_gain = 2.0, 1e-3
 
     def _degenerate(self, fit):
         """Whether a fit is the degenerate evidence optimum of small data: the evidence's
