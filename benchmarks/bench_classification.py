@@ -28,6 +28,10 @@ ECE is reported three ways, since the per-fold figure is biased upward on small 
   drawn from those probabilities (``N_FLOOR_DRAWS`` draws; only the top-label correctness
   matters, which is Bernoulli(confidence)).
 
+Ablations (``--models`` only): ``fidgp_none``, ``fidgp_temp`` (FiD-GP's ``calibration``),
+``stpc_alpha10`` (the Student-t classifier's old ``alpha_bounds``) and ``stpc_shared``
+(``ard=False``, the Student-t classifier's default before ``ard="auto"``).
+
 Targets (issue 20): each classifier's mean NLL over the sets no worse than the better of
 LogisticRegression and the GP classifier + 0.02, and ECE <= 0.05 on every set.
 
