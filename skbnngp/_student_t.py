@@ -551,7 +551,7 @@ prior_scale_bounds : pair of floats or "fixed"
                 log_b = float(theta[4])
             else:
                 lo, hi = math.log(scale_bounds[0]), math.log(scale_bounds[1])
-                log_b = minimize_scalar(lambda v: -lml(a, v), bounds=(lo, hi),
+                log_b = minimize_scalar(lambda v, a=a: -lml(a, v), bounds=(lo, hi),
                                         method="bounded", options={"xatol": 1e-6}).x
             scores[float(a)] = value = lml(a, log_b)
             if value > best[0]:
