@@ -185,3 +185,21 @@ def test_auto_keeps_the_shared_kernel_when_both_predict_alike():
     gain, se = clf.ard_loo_gain_
     assert abs(gain) < 1e-3
     assert not clf.ard_
+
+
+def test_default_quadrature_matches_a_fine_one():
+    # 16 Gauss-Hermite and scale nodes (the default) against 64: the probabilities agree to
+    # well below what the benchmark's NLL or ECE can resolve
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    clf = _fit(X[::2], y[::2])
+    coarse = clf.predict_proba(X)
+    fine = clf.set_params(n_quadrature=64).predict_proba(X)
+    assert clf.get_params()["n_quadrature"] == 64
+    assert StudentTProcessClassifier().n_quadrature == 16
+    np.testing.assert_allclose(coarse, fine, atol=5e-4)
+    # and a crude rule (4 nodes) is visibly worse, so the check can fail
+    crude = clf.set_params(n_quadrature=4).predict_proba(X)
+    assert np.abs(crude - fine).max() > 5 * np.abs(coarse - fine).max()
