@@ -928,7 +928,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                         and not self._degenerate(fits[1])):
                     chosen = fits[1]
         else:
-            chosen = self._fit_one(X, Y, yi, self.ard is True, use_loo)
+            chosen = self._fit_one(X, Y, yi, self.ard != "auto" and bool(self.ard), use_loo)
             self.ard_loo_gain_ = None
         for w in chosen["warnings"]:  # only the kept model's warnings reach the user
             warnings.warn(w.message, w.category, stacklevel=2)

@@ -74,7 +74,7 @@ def test_degenerate_needs_the_noise_floor_and_a_kernel_bound(alpha_evidence, bou
     assert clf._degenerate({"alpha_evidence": alpha_evidence, "bounds": bounds}) is expected
 
 
-@pytest.mark.parametrize("kw", [{"ard": False}, {"ard": True},
+@pytest.mark.parametrize("kw", [{"ard": False}, {"ard": True}, {"ard": np.True_},
                                 {"alpha_selection": "evidence"}])
 def test_no_comparison_without_auto_or_loo(irrelevant, kw):
     X, y = irrelevant
