@@ -761,7 +761,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
             for sl in iter_slices(X.shape[0], chunk):
                 Phi = feat(X[sl])
                 mean, var_f = post.predict(Phi)
-                d = s2 + (torch.clamp(M - Phi.square().sum(1), min=0.0) if correction else 0.0)
+                d = s2 + self._correction_term(Phi, M, correction)
                 gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
                 z[sl] = (Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1)
         level = self._calibration_level
@@ -769,11 +769,15 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                                    float(stats.norm.ppf(0.5 + level / 2)), level)
 
     @staticmethod
+    def _correction_term(Phi, M, correction):
+        """The variance correction ``max(M - |phi|^2, 0)`` of each row (0 without it)."""
+        return torch.clamp(M - Phi.square().sum(1), min=0.0) if correction else 0.0
+
+    @staticmethod
     def _moments(post, Phi, s2, M, correction, include_noise=True):
         """Normalised predictive mean (m x C) and variance (m,) at features ``Phi``."""
         mean, var = post.predict(Phi)
-        if correction:
-            var = var + torch.clamp(M - Phi.square().sum(1), min=0.0)
+        var = var + DBKRegressor._correction_term(Phi, M, correction)
         return mean, var + s2 if include_noise else var
 
     def _val_nll(self, post_fn, feat, Xv, Yv, state, correction, chunk):

@@ -69,14 +69,17 @@ def _check_prior(prior):
 def _argmax_proba(mu, V, nodes, n_quadrature, device, dtype):
     """``P(argmax_j f_j = c)`` for ``f ~ N(mu, s V I)`` mixed over the scale nodes ``nodes``.
 
-    ``mu`` is (m, C), ``V`` (m,) unit-amplitude variances; Gauss-Hermite in ``z`` with
-    ``n_quadrature`` nodes. Returns an (m, C) tensor (not floored).
+    ``mu`` is (m, C), ``V`` (m,) unit-amplitude variances (arrays, or tensors already on
+    ``device``); Gauss-Hermite in ``z`` with ``n_quadrature`` nodes. Returns an (m, C) tensor
+    (not floored).
     """
     z, wz = hermegauss(n_quadrature)
     wz = wz / wz.sum()
+    nodes = np.asarray(nodes, dtype=np.float64)
     mu_t, z_t, wz_t = (as_tensor(a, device, dtype) for a in (mu, z, wz))
-    sig = as_tensor(np.sqrt(np.maximum(V, 1e-300))[:, None] * np.sqrt(nodes)[None, :],
-                    device, dtype)  # m x K
+    f64 = torch.float64  # the scales in float64 whatever the working dtype, then cast
+    sig = (as_tensor(V, device, f64).clamp_min(1e-300).sqrt()[:, None]
+           * as_tensor(np.sqrt(nodes), device, f64)[None, :]).to(dtype)  # m x K
     C = mu.shape[1]
     out = []
     eye = torch.eye(C, dtype=torch.bool, device=device)[None, :, :, None, None]
@@ -1009,9 +1012,11 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         grid = np.unique(np.append(np.geomspace(lo, hi, n_grid), alpha_ev))
         p = _unpack(theta)
         eps_grid = np.array([0.0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.2])
-        rows = np.arange(eng.n)
-        scored = {}  # grid index -> (mean loss, label noise, per-row losses)
+        scored = {}  # grid index -> (mean loss, label noise, per-row losses on the device)
         with torch.no_grad():
+            eps_t = as_tensor(eps_grid, reg.device_, reg._dtype)
+            yi_t = torch.as_tensor(yi, device=reg.device_).long()
+            rows = torch.arange(eng.n, device=reg.device_)
             K = eng.kernel(p, eng.X)
             e, U = torch.linalg.eigh(K)
             e = e.clamp_min(0.0)
@@ -1024,16 +1029,15 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                 diag_inv = U2 @ d
                 dual = U @ (UtY * d[:, None])
                 q, logdet = (eng.Y * dual).sum(), torch.log(e + a).sum()
-                mu = to_numpy(eng.Y - dual / diag_inv[:, None])
-                V = to_numpy(1.0 / diag_inv)
+                mu = eng.Y - dual / diag_inv[:, None]
                 mix = reg._prior_obj.posterior(q, logdet, N, eng.C, p["prior_shape"],
                                                p["prior_scale"])
-                P = to_numpy(_argmax_proba(mu, V, mix.quantile_nodes(self._loo_nodes),
-                                           self._loo_nodes, reg.device_, reg._dtype))
-                P = P / np.maximum(P.sum(axis=1, keepdims=True), 1e-300)
-                pt = P[rows, yi][:, None] * (1 - eps_grid) + eps_grid / eng.C
-                row_losses = -np.log(np.maximum(pt, 1e-9))
-                losses = row_losses.mean(axis=0)
+                P = _argmax_proba(mu, 1.0 / diag_inv, mix.quantile_nodes(self._loo_nodes),
+                                  self._loo_nodes, reg.device_, reg._dtype)
+                P = P / P.sum(dim=1, keepdim=True).clamp_min(1e-300)
+                pt = P[rows, yi_t][:, None] * (1 - eps_t) + eps_t / eng.C
+                row_losses = -torch.log(pt.clamp_min(1e-9))
+                losses = to_numpy(row_losses.mean(dim=0))  # one copy of 8 numbers a point
                 j = int(np.argmin(losses))
                 loss = float(losses[j]) if np.isfinite(losses[j]) else math.inf
                 scored[i] = (loss, float(eps_grid[j]), row_losses[:, j])
@@ -1049,7 +1053,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         i = min(sorted(scored), key=lambda i: scored[i][0])
         if not math.isfinite(scored[i][0]):
             return alpha_ev, None, 0.0, None
-        return float(grid[i]), scored[i][0], scored[i][1], scored[i][2]
+        return float(grid[i]), scored[i][0], scored[i][1], to_numpy(scored[i][2])
 
     def _bounds_hit(self, reg):
         """``"name=value (side bound)"`` for each hyperparameter that ended on its bound."""

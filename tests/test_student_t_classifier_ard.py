@@ -182,7 +182,7 @@ def test_auto_keeps_the_shared_kernel_when_both_predict_alike():
     rng = np.random.RandomState(0)
     X, y = rng.randn(40, 5), np.array([0, 1] * 20)
     clf = _fit(X, y)
-    gain, se = clf.ard_loo_gain_
+    gain, _ = clf.ard_loo_gain_
     assert abs(gain) < 1e-3
     assert not clf.ard_
 
