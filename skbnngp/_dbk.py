@@ -937,7 +937,7 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     @staticmethod
     def _chunked_elbo(feat, X, Y, post, s2, chunk):
         """The ELBO of eq. (8) on all of ``(X, Y)``, in row blocks."""
-        n, C = Y.shape
+        n = Y.shape[0]
         total = 0.0
         with torch.no_grad():
             for sl in iter_slices(n, chunk):

@@ -507,7 +507,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         projection ridge and (``noise_variance="evidence"``) the noise chosen by the closed-form
         evidence of the Bayesian last layer."""
         name = type(self).__name__
-        head, head_names, body_names = split_parameters(net)
+        head, _, body_names = split_parameters(net)
         n = Xt.shape[0]
         f, Phi_r = head_features(net, head, Xt, self._chunk(head.in_features))
         r = Phi_r.shape[1]

@@ -223,7 +223,7 @@ class SampledPrior:
         if self.inference == "snis":
             s = self._draws(b)
             return s, gaussian_loglik(q, logdet, N, C, s) - math.log(s.shape[0])
-        s, u, du = self._grid(q, N, b)
+        s, _u, du = self._grid(q, N, b)
         # int f(s) ds = int f(s_hat e^u) s du  (trapezoid; the end weights are negligible)
         return s, (gaussian_loglik(q, logdet, N, C, s) + self._log_density(s, b)
                    + torch.log(s) + math.log(du))

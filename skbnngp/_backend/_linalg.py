@@ -124,7 +124,7 @@ class LowRankPlusDiag:
 
     def __init__(self, U: torch.Tensor, diag, *, context: str = "low-rank matrix"):
         self.U = U
-        n, m = U.shape
+        n = U.shape[0]
         d = torch.as_tensor(diag, dtype=U.dtype, device=U.device)
         if d.ndim == 0:
             d = d.expand(n)
