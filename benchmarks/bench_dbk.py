@@ -188,6 +188,8 @@ def run_svgp(n, device, epochs=20, m=256):
             loss = -mll(model(Xtr[idx]), ytr[idx])
             loss.backward()
             opt.step()
+    if dev.type == "cuda":  # the steps above are queued asynchronously
+        torch.cuda.synchronize()
     fit_s = time.perf_counter() - t0
     model.eval(), lik.eval()
     with torch.no_grad(), gpytorch.settings.fast_pred_var():

@@ -11,23 +11,35 @@ rows), in float64:
   for n >= 10^5, its SVGP (``bench_dbk.run_svgp``);
 * at n = 10^6: the Nystrom mixed-activation GP and DBK (svi) against the SVGP.
 
-Each model runs in its own process; peak memory is ``torch.cuda.max_memory_allocated``.
-Without CUDA the script says so and exits with status 0 (nothing to measure).
+Each model runs in its own process (so one out-of-memory error or hang costs one row), under
+``--timeout`` seconds; ``--budget`` stops launching new rows once that many seconds have
+passed, so a run on a lent GPU machine with a fixed allowance ends with what it measured.
+The report is rewritten after every row, so a run that is killed still leaves its rows.
+Peak memory is ``torch.cuda.max_memory_allocated`` on CUDA (on the CPU, the child's peak
+resident set, which includes the interpreter and is no device figure).
+
+Without CUDA the script says so and exits with status 0 (nothing to measure), unless
+``--device cpu`` asks for the CPU smoke run that checks the script itself (the tests run it
+at a few hundred rows).
 
 Usage::
 
-    python benchmarks/bench_gpu.py                  # all sizes
-    python benchmarks/bench_gpu.py --sizes 20000
+    python benchmarks/bench_gpu.py                              # all sizes, on CUDA
+    python benchmarks/bench_gpu.py --sizes 20000 --budget 300   # one size, 5 minutes at most
+    python benchmarks/bench_gpu.py --device cpu --sizes 300 --models stp_ard dbk_exact \\
+        --n-test 200 --out /tmp/gpu_smoke                       # smoke run without a GPU
 
-Writes ``benchmarks/results/bench_gpu.{json,md}``. Targets (issue 11, one H100): STP at
-n = 50,000 under 60 s, at n = 20,000 faster than GPyTorch's exact GP with a better NLPD, peak
-device memory at most 3 n^2 x 8 bytes.
+Writes ``benchmarks/results/bench_gpu.{json,md}`` (or ``--out``). Targets (issue 11, one
+H100): STP at n = 50,000 under 60 s, at n = 20,000 faster than GPyTorch's exact GP with a
+better NLPD, peak device memory at most 3 n^2 x 8 bytes; the report checks each one it has
+the rows for.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -41,39 +53,71 @@ RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+#: Every row kind the plan can hold (``--models`` picks among them).
+KINDS = ("stp_ard", "mixed_exact", "mixed_nystrom", "dbk_exact", "dbk_svi", "gpytorch_exact",
+         "gpytorch_svgp")
 
-def _ours(name, n):
-    import torch
+
+def _data(n, n_test):
     from bench_dbk import make_data
+    X, y, Xt, yt = make_data(n)
+    return X, y, Xt[:n_test], yt[:n_test]
+
+
+def _sync(torch, dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _reset_peak(torch, dev):
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+
+
+def _peak_gb(torch, dev):
+    if dev.type == "cuda":
+        return torch.cuda.max_memory_allocated(dev) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+
+
+def _ours(name, n, device, n_test):
+    import torch
 
     from skbnngp import DBKRegressor, MixedActivationGPRegressor, StudentTProcessRegressor
     models = {
-        "stp_ard": lambda: StudentTProcessRegressor(ard=True, device="cuda", random_state=0),
-        "mixed_exact": lambda: MixedActivationGPRegressor(approx="exact", device="cuda",
+        "stp_ard": lambda: StudentTProcessRegressor(ard=True, device=device, random_state=0),
+        "mixed_exact": lambda: MixedActivationGPRegressor(approx="exact", device=device,
                                                           random_state=0),
-        "mixed_nystrom": lambda: MixedActivationGPRegressor(device="cuda", random_state=0),
-        "dbk_exact": lambda: DBKRegressor(device="cuda", random_state=0),
-        "dbk_svi": lambda: DBKRegressor(inference="svi", device="cuda", random_state=0),
+        "mixed_nystrom": lambda: MixedActivationGPRegressor(device=device, random_state=0),
+        "dbk_exact": lambda: DBKRegressor(device=device, random_state=0),
+        "dbk_svi": lambda: DBKRegressor(inference="svi", device=device, random_state=0),
     }
-    X, y, Xt, yt = make_data(n)
-    torch.cuda.reset_peak_memory_stats()
+    dev = torch.device(device)
+    X, y, Xt, yt = _data(n, n_test)
+    _reset_peak(torch, dev)
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         reg = models[name]().fit(X, y)
-    torch.cuda.synchronize()
+        _sync(torch, dev)
     fit_s = time.perf_counter() - t0
+    warns = sorted({f"{w.category.__name__}: {str(w.message)[:120]}" for w in caught})
+    t0 = time.perf_counter()
     dist = reg.predict_dist(Xt)
-    return dict(model=name, n=n, fit_s=fit_s, nlpd=float(-np.mean(dist.logpdf(yt))),
-                peak_gb=torch.cuda.max_memory_allocated() / 2**30)
+    predict_s = time.perf_counter() - t0
+    mean = dist.mean()
+    return dict(model=name, n=n, fit_s=fit_s, predict_s=predict_s,
+                nlpd=float(-np.mean(dist.logpdf(yt))),
+                rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
+                peak_gb=_peak_gb(torch, dev), device=str(reg.device_), warnings=warns)
 
 
-def _gpytorch_exact(n, steps=50):
+def _gpytorch_exact(n, device, n_test, steps=50):
     import gpytorch
     import torch
-    from bench_dbk import D, make_data, nlpd
-    X, y, Xt, yt = make_data(n)
-    dev = torch.device("cuda")
+    from bench_dbk import D, nlpd
+    X, y, Xt, yt = _data(n, n_test)
+    dev = torch.device(device)
     ym, ys = y.mean(), y.std()
     Xtr = torch.as_tensor(X, dtype=torch.float32, device=dev)
     ytr = torch.as_tensor((y - ym) / ys, dtype=torch.float32, device=dev)
@@ -89,7 +133,7 @@ def _gpytorch_exact(n, steps=50):
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
                                                              self.covar_module(x))
 
-    torch.cuda.reset_peak_memory_stats()
+    _reset_peak(torch, dev)
     t0 = time.perf_counter()
     lik = gpytorch.likelihoods.GaussianLikelihood().to(dev)
     model = GP(lik).to(dev)
@@ -100,84 +144,184 @@ def _gpytorch_exact(n, steps=50):
         opt.zero_grad()
         (-mll(model(Xtr), ytr)).backward()
         opt.step()
-    torch.cuda.synchronize()
+    _sync(torch, dev)
     fit_s = time.perf_counter() - t0
     model.eval(), lik.eval()
+    t0 = time.perf_counter()
     with torch.no_grad(), gpytorch.settings.fast_pred_var():
         pred = lik(model(torch.as_tensor(Xt, dtype=torch.float32, device=dev)))
         mean = pred.mean.cpu().double().numpy() * ys + ym
         std = pred.variance.sqrt().cpu().double().numpy() * ys
-    return dict(model="gpytorch_exact", n=n, fit_s=fit_s, nlpd=nlpd(yt, mean, std),
-                peak_gb=torch.cuda.max_memory_allocated() / 2**30)
+    predict_s = time.perf_counter() - t0
+    return dict(model="gpytorch_exact", n=n, fit_s=fit_s, predict_s=predict_s,
+                nlpd=nlpd(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
+                peak_gb=_peak_gb(torch, dev), device=str(dev), warnings=[])
 
 
-def _svgp(n):
+def _svgp(n, device, n_test):
     import torch
     from bench_dbk import run_svgp
-    torch.cuda.reset_peak_memory_stats()
-    out = run_svgp(n, "cuda")
-    return dict(model="gpytorch_svgp", n=n, fit_s=out["fit_s"], nlpd=out["nlpd"],
-                peak_gb=torch.cuda.max_memory_allocated() / 2**30)
+    dev = torch.device(device)
+    _reset_peak(torch, dev)
+    out = run_svgp(n, device)  # scores on bench_dbk's 2,000 test rows
+    return dict(model="gpytorch_svgp", n=n, fit_s=out["fit_s"], predict_s=None,
+                nlpd=out["nlpd"], rmse=out["rmse"], peak_gb=_peak_gb(torch, dev),
+                device=str(dev), warnings=[])
 
 
-def child(kind, n):
+def child(kind, n, device="cuda", n_test=2000):
+    """One row, measured in this process."""
     if kind == "gpytorch_exact":
-        return _gpytorch_exact(n)
+        return _gpytorch_exact(n, device, n_test)
     if kind == "gpytorch_svgp":
-        return _svgp(n)
-    return _ours(kind, n)
+        return _svgp(n, device, n_test)
+    return _ours(kind, n, device, n_test)
 
 
-def plan(sizes):
-    for n in sizes:
+def plan(sizes, models=None):
+    """``(kind, n)`` for every row, smallest ``n`` first."""
+    for n in sorted(sizes):
         kinds = ["stp_ard", "mixed_nystrom", "dbk_exact", "dbk_svi"]
         kinds += ["mixed_exact"] if n <= 20_000 else []
         kinds += ["gpytorch_exact"] if n <= 50_000 else ["gpytorch_svgp"]
         if n >= 10**6:
             kinds = ["mixed_nystrom", "dbk_svi", "gpytorch_svgp"]
         for kind in kinds:
-            yield kind, n
+            if models is None or kind in models:
+                yield kind, n
 
 
-def main():
+def _run_child(kind, n, args):
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--n", str(n),
+           "--device", args.device, "--n-test", str(args.n_test)]
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                             timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return dict(model=kind, n=n, error=f"timeout after {args.timeout:g} s")
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    if lines:
+        row = json.loads(lines[-1][7:])
+    else:
+        tail = [ln for ln in out.stderr.strip().splitlines() if ln.strip()] or ["?"]
+        row = dict(model=kind, n=n, error=f"exit {out.returncode}: {tail[-1][:200]}")
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def _row_of(rows, model, n):
+    for r in rows:
+        if r["model"] == model and r["n"] == n and "error" not in r:
+            return r
+    return None
+
+
+def targets(rows):
+    """The issue's targets that ``rows`` can decide: (text, verdict) pairs."""
+    out = []
+    stp50 = _row_of(rows, "stp_ard", 50_000)
+    if stp50 is not None:
+        out.append(("STP (ARD) at n = 50,000 fits in under 60 s",
+                    f"{'yes' if stp50['fit_s'] < 60 else 'no'} ({stp50['fit_s']:.1f} s)"))
+    stp20, gp20 = _row_of(rows, "stp_ard", 20_000), _row_of(rows, "gpytorch_exact", 20_000)
+    if stp20 is not None and gp20 is not None:
+        ok = stp20["fit_s"] < gp20["fit_s"] and stp20["nlpd"] < gp20["nlpd"]
+        out.append(("STP at n = 20,000 faster than GPyTorch's exact GP with a better NLPD",
+                    f"{'yes' if ok else 'no'} (fit {stp20['fit_s']:.1f} s vs "
+                    f"{gp20['fit_s']:.1f} s, ratio {stp20['fit_s'] / gp20['fit_s']:.2f}; "
+                    f"NLPD {stp20['nlpd']:.3f} vs {gp20['nlpd']:.3f})"))
+    for r in rows:
+        if "error" in r or r["model"] not in ("stp_ard", "mixed_exact", "dbk_exact") \
+                or not str(r.get("device", "")).startswith("cuda"):
+            continue
+        limit = 3 * r["n"] ** 2 * 8 / 2**30
+        out.append((f"{r['model']} at n = {r['n']:,}: peak device memory <= 3 n^2 x 8 B "
+                    f"({limit:.1f} GB)",
+                    f"{'yes' if r['peak_gb'] <= limit else 'no'} ({r['peak_gb']:.2f} GB)"))
+    return out
+
+
+def write_report(report, stem):
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    Path(str(stem) + ".json").write_text(json.dumps(report, indent=2))
+    on_cuda = report["device"].startswith("cuda")
+    mem = "peak device GB" if on_cuda else "peak RSS GB (CPU smoke run)"
+    lines = [f"# GPU benchmark ({report['date']}, {report['device_name']}, "
+             f"torch {report['torch']})", "",
+             f"Command: `{report['command']}`; {report['elapsed_s']:.0f} s in all.", "",
+             f"| model | n | fit s | predict s | NLPD | RMSE | {mem} | 3 n^2 x 8 B (GB) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['n']:,} | error: {r['error']} | | | | | |")
+            continue
+        pred = "" if r.get("predict_s") is None else f"{r['predict_s']:.2f}"
+        lines.append(f"| {r['model']} | {r['n']:,} | {r['fit_s']:.1f} | {pred} | "
+                     f"{r['nlpd']:.3f} | {r['rmse']:.4f} | {r['peak_gb']:.2f} | "
+                     f"{3 * r['n'] ** 2 * 8 / 2**30:.1f} |")
+    if report.get("skipped"):
+        lines += ["", "Not run (the --budget was spent): " + ", ".join(
+            f"{k} at n = {n:,}" for k, n in report["skipped"]) + "."]
+    checks = targets(report["rows"])
+    if checks:
+        lines += ["", "## Targets", ""] + [f"- {t}: {v}" for t, v in checks]
+    warned = [(r["model"], r["n"], w) for r in report["rows"] for w in r.get("warnings") or []]
+    if warned:
+        lines += ["", "## Warnings raised by the fits", ""]
+        lines += [f"- {m} at n = {n:,}: {w}" for m, n, w in warned]
+    Path(str(stem) + ".md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[5000, 20_000, 50_000, 10**6])
+    ap.add_argument("--models", nargs="+", choices=KINDS, default=None,
+                    help="only these row kinds (default: the whole plan)")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: a smoke run of the script itself, not a GPU figure")
+    ap.add_argument("--n-test", type=int, default=2000)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per row")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="launch no new row after this many seconds")
+    ap.add_argument("--out", default=str(RESULTS / "bench_gpu"),
+                    help="report stem: writes STEM.json and STEM.md")
     ap.add_argument("--child")
     ap.add_argument("--n", type=int, default=0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
-    if not torch.cuda.is_available():
-        print("bench_gpu: CUDA is not available on this machine; nothing to measure.")
-        return 0
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench_gpu: CUDA is not available on this machine; nothing to measure "
+              "(--device cpu runs the smoke test of the script).")
+        return None
     if args.child:
-        print("RESULT " + json.dumps(child(args.child, args.n)))
-        return 0
-    rows = []
-    for kind, n in plan(args.sizes):
-        out = subprocess.run([sys.executable, __file__, "--child", kind, "--n", str(n)],
-                             capture_output=True, text=True, check=False)
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-        row = (json.loads(lines[-1][7:]) if lines else
-               dict(model=kind, n=n, error=(out.stderr.strip().splitlines() or ["?"])[-1]))
-        rows.append(row)
-        print(row, flush=True)
-    report = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(0),
-                  torch=torch.__version__, rows=rows)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_gpu.json").write_text(json.dumps(report, indent=2))
-    lines = [f"# GPU benchmark ({report['date']}, {report['device']}, torch {report['torch']})",
-             "", "| model | n | fit s | NLPD | peak GB | 3 n^2 x 8 B (GB) |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['n']:,} | error: {r['error']} | | | |")
+        print("RESULT " + json.dumps(child(args.child, args.n, args.device, args.n_test)),
+              flush=True)
+        return None
+    t_start = time.perf_counter()
+    report = dict(date=time.strftime("%Y-%m-%d %H:%M"), device=args.device,
+                  device_name=(torch.cuda.get_device_name(0) if args.device == "cuda"
+                               else "CPU"),
+                  torch=torch.__version__, command=" ".join(["bench_gpu.py", *(argv or
+                                                                              sys.argv[1:])]),
+                  elapsed_s=0.0, rows=[], skipped=[])
+    for kind, n in plan(args.sizes, args.models):
+        elapsed = time.perf_counter() - t_start
+        if args.budget is not None and elapsed > args.budget:
+            report["skipped"].append((kind, n))
             continue
-        lines.append(f"| {r['model']} | {r['n']:,} | {r['fit_s']:.1f} | {r['nlpd']:.3f} | "
-                     f"{r['peak_gb']:.2f} | {3 * r['n'] ** 2 * 8 / 2**30:.1f} |")
-    (RESULTS / "bench_gpu.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+        row = _run_child(kind, n, args)
+        report["rows"].append(row)
+        report["elapsed_s"] = time.perf_counter() - t_start
+        write_report(report, args.out)
+        print(json.dumps(row), flush=True)
+    report["elapsed_s"] = time.perf_counter() - t_start
+    print(write_report(report, args.out))
+    return report
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    sys.exit(0)

@@ -173,3 +173,53 @@ def test_run_all_gives_each_record_the_id_of_its_own_task(harness, tmp_path):
     assert sorted(r["task_id"] for r in recs) == sorted(harness.task_id(t[0]) for t in tasks)
     again = harness.run_all(tasks, _fake_fit, 1, str(path), run=False)
     assert len(again) == 3 and len(path.read_text().splitlines()) == 3
+
+
+def test_gpu_script_cpu_smoke_run(harness, tmp_path):
+    """bench_gpu.py has never run on CUDA: its CPU smoke path checks the plan, the children,
+    the report and the per-row failure handling, so a lent GPU's minutes are not lost to a
+    broken script."""
+    bench = importlib.import_module("bench_gpu")
+    out = tmp_path / "g"
+    report = bench.main(["--device", "cpu", "--sizes", "200", "--models", "stp_ard",
+                         "--n-test", "100", "--out", str(out)])
+    (row,) = report["rows"]
+    assert "error" not in row, row
+    assert row["model"] == "stp_ard" and row["n"] == 200 and row["device"] == "cpu"
+    assert row["fit_s"] > 0 and np.isfinite(row["nlpd"]) and 0 < row["rmse"] < 1.0
+    saved = json.loads(Path(str(out) + ".json").read_text())
+    assert saved["rows"][0]["nlpd"] == row["nlpd"]
+    assert "| stp_ard | 200 |" in out.with_suffix(".md").read_text()
+    # a row that overruns its timeout is reported, not fatal
+    report = bench.main(["--device", "cpu", "--sizes", "200", "--models", "stp_ard",
+                         "--timeout", "0.01", "--out", str(out)])
+    assert report["rows"][0]["error"].startswith("timeout")
+    assert "error: timeout" in out.with_suffix(".md").read_text()
+    # a spent budget launches nothing more and says what was left out
+    report = bench.main(["--device", "cpu", "--sizes", "200", "300", "--models", "stp_ard",
+                         "dbk_svi", "--budget", "0", "--out", str(out)])
+    assert report["rows"] == [] and len(report["skipped"]) == 4
+    assert "Not run (the --budget was spent)" in out.with_suffix(".md").read_text()
+
+
+def test_gpu_script_plan_and_targets(harness):
+    bench = importlib.import_module("bench_gpu")
+    rows = list(bench.plan([10**6, 5000]))
+    assert rows[0] == ("stp_ard", 5000) and ("gpytorch_exact", 5000) in rows
+    assert [k for k, n in rows if n == 10**6] == ["mixed_nystrom", "dbk_svi", "gpytorch_svgp"]
+    assert list(bench.plan([5000], ["dbk_svi"])) == [("dbk_svi", 5000)]
+
+    def row(model, n, fit_s, nlpd, peak_gb, device="cuda:0"):
+        return dict(model=model, n=n, fit_s=fit_s, nlpd=nlpd, peak_gb=peak_gb, device=device)
+
+    verdicts = dict(bench.targets([
+        row("stp_ard", 20_000, 10.0, 0.30, 2.0), row("gpytorch_exact", 20_000, 20.0, 0.35, 1.0),
+        row("stp_ard", 50_000, 75.0, 0.29, 60.0),
+        dict(model="dbk_exact", n=50_000, error="timeout after 600 s")]))
+    assert verdicts["STP (ARD) at n = 50,000 fits in under 60 s"].startswith("no (75.0 s)")
+    assert verdicts["STP at n = 20,000 faster than GPyTorch's exact GP with a better "
+                    "NLPD"].startswith("yes (fit 10.0 s vs 20.0 s, ratio 0.50")
+    mem = [v for t, v in verdicts.items() if t.startswith("stp_ard at n = 50,000")]
+    assert mem == ["no (60.00 GB)"]  # 3 n^2 x 8 B = 55.9 GB at n = 50,000
+    # CPU rows say nothing about device memory
+    assert bench.targets([row("stp_ard", 5000, 1.0, 0.3, 0.5, device="cpu")]) == []
