@@ -195,6 +195,11 @@ def test_gpu_script_cpu_smoke_run(harness, tmp_path):
                          "--timeout", "0.01", "--out", str(out)])
     assert report["rows"][0]["error"].startswith("timeout")
     assert "error: timeout" in out.with_suffix(".md").read_text()
+    # the budget is a hard end: the row running when it is spent is cut
+    report = bench.main(["--device", "cpu", "--sizes", "200", "--models", "stp_ard",
+                         "--budget", "0.3", "--out", str(out)])
+    (row,) = report["rows"]
+    assert row["error"].startswith("timeout after 0.3 s") and row["wall_s"] < 10
     # a spent budget launches nothing more and says what was left out
     report = bench.main(["--device", "cpu", "--sizes", "200", "300", "--models", "stp_ard",
                          "dbk_svi", "--budget", "0", "--out", str(out)])
