@@ -18,8 +18,10 @@ Models (``--models``):
   with ``variance_calibration=None`` (the default of 2026-11-25), ``dbk_paper``
   ``DBKRegressor(training_objective="bound")`` (the paper's bound, the default before
   2026-11-25), ``dbk_ev0`` ``DBKRegressor(trace_weight=0)`` (the exact evidence alone),
-  ``richbll`` ``RichBLLRegressor``, ``bll`` ``RichBLLRegressor(uncertainty="bll")`` (the
-  plain Bayesian last layer on the same network);
+  ``richbll`` ``RichBLLRegressor``, ``richbll_cal`` the same with
+  ``variance_calibration="validation"`` (split-conformal on the held-out rows; cv, extrap
+  and concrete20 only), ``bll`` ``RichBLLRegressor(uncertainty="bll")`` (the plain
+  Bayesian last layer on the same network);
 * ``gpr`` scikit-learn's ``GaussianProcessRegressor`` (amplitude x ARD RBF + WhiteKernel,
   ``normalize_y=True``);
 * ``svgp`` GPyTorch's SVGP (500 inducing points, 2,000 steps, ARD RBF, Adam on the ELBO in mini-batches of
@@ -99,7 +101,7 @@ REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
 SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
 SETS = REAL + SYNTHETIC
 MODELS = ("stp", "stp_nocal", "mixed", "mixed_nocal", "dbk", "dbk_nocal", "dbk_paper", "dbk_ev0",
-          "richbll", "bll", "gpr", "svgp", "laplace", "ensemble")
+          "richbll", "richbll_cal", "bll", "gpr", "svgp", "laplace", "ensemble")
 LABELS = {"stp": "StudentTProcessRegressor",
           "stp_nocal": "StudentTProcessRegressor(variance_calibration=None)",
           "mixed": "MixedActivationGPRegressor",
@@ -109,6 +111,7 @@ LABELS = {"stp": "StudentTProcessRegressor",
           "dbk_paper": "DBKRegressor(training_objective='bound')",
           "dbk_ev0": "DBKRegressor(trace_weight=0)",
           "richbll": "RichBLLRegressor",
+          "richbll_cal": "RichBLLRegressor(variance_calibration='validation')",
           "bll": "RichBLLRegressor(uncertainty='bll')", "gpr": "sklearn GP (ARD RBF + White)",
           "svgp": "GPyTorch SVGP (500 inducing)", "laplace": "laplace-torch last-layer",
           "ensemble": "deep ensemble (5 MLPs)"}
@@ -329,6 +332,8 @@ def make_model(name, n_features, quick=False, seed=0):
         "dbk_paper": lambda: skbnngp.DBKRegressor(training_objective="bound", **common),
         "dbk_ev0": lambda: skbnngp.DBKRegressor(trace_weight=0, **common),
         "richbll": lambda: skbnngp.RichBLLRegressor(**common),
+        "richbll_cal": lambda: skbnngp.RichBLLRegressor(variance_calibration="validation",
+                                                        **common),
         "bll": lambda: skbnngp.RichBLLRegressor(uncertainty="bll", **common),
         "gpr": lambda: _sklearn_gpr(n_features),
         "svgp": lambda: (SVGPRegressor(n_inducing=100, n_steps=300) if quick
