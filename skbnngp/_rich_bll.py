@@ -134,9 +134,9 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         evidence's by the rows the features were fitted to, the validation MSE by the
         choice of the epoch and, with heavy tails, by a split that can miss the outliers);
         without one, ``"train"``. Against ``"validation"`` (the default before) on the
-        uncertainty benchmark, with the training defaults of the time: test NLPD 4.92 against 6.51 on heavy_tailed, 5.05 against
-        5.15 on cpu_performance, equal on diabetes, concrete and auto_mpg (user guide,
-        "Evidence").
+        uncertainty benchmark, with the training defaults of the time: test NLPD 4.92
+        against 6.51 on heavy_tailed, 5.05 against 5.15 on cpu_performance, equal on
+        diabetes, concrete and auto_mpg (user guide, "Evidence").
     prior_variance : "auto" or float, default=1.0
         Prior variance of every parameter (the paper: 1). ``"auto"``: the maximiser of
         the closed-form evidence of the (enriched) last layer, ``log N(y; 0, s Phi_L
