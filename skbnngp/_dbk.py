@@ -284,8 +284,9 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         the paper, chosen by ``bench_uncertainty``: the same mean 5-fold NLPD over its nine
         sets on three fold seeds, better on the real sets, and extrapolation NLPD 5.25
         against 10.15 over five network seeds, both without the variance calibration; 5.13
-        with it, the default; User Guide, "Training on the exact evidence"), ``"bound"`` for ``"svi"`` (``"evidence"`` is a full-batch objective
-        and raises there) and for ``preset="paper"``. Ignored without the correction.
+        with it, the default; User Guide, "Training on the exact evidence"), ``"bound"``
+        for ``"svi"`` (``"evidence"`` is a full-batch objective and raises there) and for
+        ``preset="paper"``. Ignored without the correction.
     trace_weight : float >= 0 or "auto", default="auto"
         Weight of the trace regulariser ``tr(C)/(2 noise)`` in exact training. ``"auto"``:
         1 with ``"bound"`` (the paper), 0.1 with ``"evidence"``, where a small share keeps
