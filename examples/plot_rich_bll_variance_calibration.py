@@ -66,7 +66,7 @@ bins = np.clip(np.digitize(X[:, 0], edges) - 1, 0, len(edges) - 2)
 centres = (edges[:-1] + edges[1:]) / 2
 fig, ax = plt.subplots(figsize=(5, 3.5))
 ax.axhline(0.95, color="grey", lw=1, label="nominal 95 %")
-for (name, hit), style in zip(inside.items(), ("-o", "--s")):
+for (name, hit), style in zip(inside.items(), ("-o", "--s"), strict=True):
     ax.plot(centres, [hit[bins == b].mean() for b in range(len(centres))], style, ms=4,
             label=name)
 ax.set_xlabel("x (noise sd grows from 0.05 to 0.8)")
