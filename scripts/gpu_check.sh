@@ -29,7 +29,9 @@ echo "all tests rc=$? (124: cut at $T_TESTS s)" | tee -a "$OUT/device.txt"
 tail -5 "$OUT/tests_all.log"
 # each benchmark run ends at its budget (the row running then is cut). First the
 # rows that decide issue 11's targets (STP and GPyTorch's exact GP at 20,000 rows, STP at
-# 50,000), then the whole plan at 5,000 rows, then the package's other models at 20,000.
+# 50,000; half the bench time), then the whole plan at 5,000 rows, then the package's other
+# models at 20,000 (a quarter each). On a lent machine (10 minutes a command):
+#   OUT=$OUT bash scripts/gpu_check.sh 150 330
 bench() {  # bench NAME SECONDS ARGS...
   local name="$1" secs="$2"; shift 2
   "$PY" benchmarks/bench_gpu.py "$@" --budget "$secs" --timeout "$secs" \
@@ -37,7 +39,7 @@ bench() {  # bench NAME SECONDS ARGS...
   echo "$name rc=$?" | tee -a "$OUT/device.txt"
   tail -12 "$OUT/$name.log"
 }
-third=$((T_BENCH / 3))
-bench bench_gpu_targets "$third" --sizes 20000 50000 --models stp_ard gpytorch_exact
-bench bench_gpu_5k "$third" --sizes 5000
-bench bench_gpu_20k "$third" --sizes 20000 --models mixed_nystrom dbk_exact dbk_svi mixed_exact
+bench bench_gpu_targets "$((T_BENCH / 2))" --sizes 20000 50000 --models stp_ard gpytorch_exact
+bench bench_gpu_5k "$((T_BENCH / 4))" --sizes 5000
+bench bench_gpu_20k "$((T_BENCH / 4))" --sizes 20000 \
+  --models mixed_nystrom dbk_exact dbk_svi mixed_exact
