@@ -42,6 +42,10 @@ Sections (``--sections``):
 * ``cv_seeds``: the cross-validation folds of the synthetic sets with the network models
   refitted with ``random_state`` 0-4 (the ``cv`` section fits seed 0 only), so that a
   coverage miss can be told from the draw of one network;
+* ``cv_folds``: the ``cv`` section again at fold seeds 1 and 2 (``KFold(shuffle=True,
+  random_state=1 / 2)``) for the package's default regressors and sklearn's GP
+  (``FOLD_SEED_MODELS``): the defaults were chosen at fold seed 0, and these folds check
+  them on splits nobody tuned on (mean NLPD minus the GP and 95 % coverage per fold seed);
 * ``extrap``: each real set sorted by the feature with the largest |corr| with y, trained on
   the lower 80 %, tested on the top 20 %; plus ``gap`` tested inside the gap (-1, 1);
 * ``extrap_seeds``: the same splits, the network models (the three DBKs, Rich-BLL, BLL,
@@ -115,7 +119,11 @@ LABELS = {"stp": "StudentTProcessRegressor",
           "bll": "RichBLLRegressor(uncertainty='bll')", "gpr": "sklearn GP (ARD RBF + White)",
           "svgp": "GPyTorch SVGP (500 inducing)", "laplace": "laplace-torch last-layer",
           "ensemble": "deep ensemble (5 MLPs)"}
-SECTIONS = ("cv", "cv_seeds", "extrap", "extrap_seeds", "concrete20", "large")
+SECTIONS = ("cv", "cv_seeds", "cv_folds", "extrap", "extrap_seeds", "concrete20", "large")
+#: ``cv_folds``: the fold seeds (``KFold``'s ``random_state``) beside the ``cv`` section's 0,
+#: and the models refitted on them (the package's default regressors and the reference GP).
+FOLD_SEEDS = (1, 2)
+FOLD_SEED_MODELS = ("stp", "mixed", "dbk", "richbll", "gpr")
 #: ``extrap_seeds``: the models whose fit depends on the seed (a network's initialisation
 #: and batches), refitted with these ``random_state`` values on the extrapolation splits.
 NETWORK_MODELS = ("dbk", "dbk_nocal", "dbk_paper", "dbk_ev0", "richbll", "bll", "laplace",
@@ -434,6 +442,16 @@ def build_tasks(args):
                     for seed in EXTRAP_SEEDS:
                         tasks.append(({"section": "cv_seeds", "set": ds, "split": fold,
                                        "seed": seed, "model": m}, X, y, tr, te, args.quick))
+    if "cv_folds" in args.sections:  # the cv section at other fold seeds
+        for ds in args.sets:
+            X, y = load(ds, args.quick)
+            for fold_seed in FOLD_SEEDS:
+                for fold, (tr, te) in enumerate(KFold(folds, shuffle=True,
+                                                      random_state=fold_seed).split(X)):
+                    for m in [m for m in models_for(len(tr)) if m in FOLD_SEED_MODELS]:
+                        tasks.append(({"section": "cv_folds", "set": ds, "split": fold,
+                                       "fold_seed": fold_seed, "model": m},
+                                      X, y, tr, te, args.quick))
     if "extrap" in args.sections or "extrap_seeds" in args.sections:
         for ds in [d for d in args.sets if d in REAL] + (["gap"] if "gap" in args.sets else []):
             if ds == "gap":
@@ -556,6 +574,60 @@ def _seeds_tables(sec, what, where, intro):
             *_metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)]
 
 
+def _fold_seed_section(result, s):
+    """Markdown lines of ``cv_folds``: for each fold seed (0 from the ``cv`` section), each
+    model's mean NLPD minus sklearn's GP and its 95 % coverage misses, then the NLPD and
+    coverage tables of the other fold seeds."""
+    models = [m for m in s["cv_folds"]["models"]]
+    by_seed = {0: s["cv"]} if "cv" in s else {}
+    for fold_seed in FOLD_SEEDS:
+        recs = [r for r in result["records"]
+                if r["section"] == "cv_folds" and r.get("fold_seed") == fold_seed]
+        if recs:
+            by_seed[fold_seed] = summarise(recs, models, s["cv_folds"]["sets"])["cv_folds"]
+    seeds = sorted(by_seed)
+
+    def minus_gp(sec, m):
+        gp, own = sec["mean"].get("gpr", {}), sec["mean"].get(m, {})
+        if not all(st in gp and st in own for st in sec["sets"]):
+            return float("nan")
+        return float(np.mean([own[st]["nlpd"] - gp[st]["nlpd"] for st in sec["sets"]]))
+
+    def misses(sec, m):
+        own = sec["mean"].get(m, {})
+        return ", ".join(f"{st} {own[st]['coverage_95']:.3f}" for st in sec["sets"]
+                         if st in own and _coverage_miss(own[st]["coverage_95"])) or "none"
+
+    out = ["", "## Interpolation at other fold seeds (the cv section's sets and protocol, "
+           f"`KFold(random_state={', '.join(map(str, FOLD_SEEDS))})`)", "",
+           "The defaults were chosen at fold seed 0 (the cv section); these folds were not "
+           "used to choose anything. Fold seed 0's column repeats the cv section.", "",
+           "### Mean NLPD minus sklearn GP (target <= +0.05)", "",
+           "| model | " + " | ".join(f"fold seed {k}" for k in seeds) + " | mean |",
+           "|---|" + "---:|" * (len(seeds) + 1)]
+    for m in models:
+        if m == "gpr":
+            continue
+        d = [minus_gp(by_seed[k], m) for k in seeds]
+        out.append(f"| {LABELS[m]} | " + " | ".join(fmt(v, "+.3f") for v in d)
+                   + f" | {fmt(float(np.mean(d)), '+.3f')} |")
+    out += ["", "### 95 % coverage outside 0.92-0.98", "",
+            "| model | " + " | ".join(f"fold seed {k}" for k in seeds) + " |",
+            "|---|" + "---|" * len(seeds)]
+    for m in models:
+        out.append(f"| {LABELS[m]} | " + " | ".join(misses(by_seed[k], m) for k in seeds)
+                   + " |")
+    for k in seeds:
+        if k == 0:
+            continue
+        out += ["", f"### Fold seed {k}: test NLPD", "", *_metric_table(by_seed[k], "nlpd",
+                                                                         ".3f"),
+                "", f"### Fold seed {k}: 95 % coverage (misses in bold)", "",
+                *_metric_table(by_seed[k], "coverage_95", ".3f", mark=_coverage_miss,
+                               mean_col=False)]
+    return out
+
+
 def markdown(result):
     s = result["summary"]
     out = ["# Calibration of the regressors (issue 19)", "",
@@ -638,6 +710,8 @@ def markdown(result):
                     out.append(f"| {LABELS[m]} | {st} | " + " | ".join(
                         fmt(mean_or_nan(per.get((m, st, k), [])), ".3f")
                         for k in EXTRAP_SEEDS) + " |")
+    if "cv_folds" in s:
+        out += _fold_seed_section(result, s)
     if "extrap" in s:
         sec = s["extrap"]
         out += ["", "## Extrapolation (train on the lower 80 % of the most relevant feature, "

@@ -51,12 +51,15 @@ def test_mixture_moments_and_quantiles(harness):
 def test_uncertainty_script_tiny_run(harness, tmp_path):
     bench = importlib.import_module("bench_uncertainty")
     out = tmp_path / "u"
-    result = bench.main(["--quick", "--sections", "cv", "extrap", "--sets", "smooth", "gap",
-                         "--models", "gpr", "--out", str(out)])
-    assert {r["section"] for r in result["records"]} == {"cv", "extrap"}
+    result = bench.main(["--quick", "--sections", "cv", "cv_folds", "extrap", "--sets",
+                         "smooth", "gap", "--models", "gpr", "--out", str(out)])
+    assert {r["section"] for r in result["records"]} == {"cv", "cv_folds", "extrap"}
+    assert {r["fold_seed"] for r in result["records"] if r["section"] == "cv_folds"} \
+        == set(bench.FOLD_SEEDS)
     assert all(r["error"] is None for r in result["records"])
     text = out.with_suffix(".md").read_text()
     assert "95 % interval coverage" in text and "Extrapolation" in text
+    assert "Interpolation at other fold seeds" in text and "### Fold seed 2: test NLPD" in text
     saved = json.loads(Path(str(out) + ".json").read_text())
     cov = saved["summary"]["cv"]["mean"]["gpr"]["smooth"]["coverage_95"]
     assert 0.0 <= cov <= 1.0
