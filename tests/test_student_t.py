@@ -80,7 +80,7 @@ def test_mean_and_gp_limit_equal_sklearn_gpr():
     for a, b in [(0.7, 0.3), (2.0, 2.0), (50.0, 1.0)]:
         np.testing.assert_allclose(fixed(prior_shape=a, prior_scale=b).fit(X_TR, Y_TR)
                                    .predict(X_TE), g_mean, rtol=0, atol=1e-10)
-    t_mean, t_std = fixed(prior_shape=1e8, prior_scale=1e8).fit(X_TR, Y_TR).predict(
+    _, t_std = fixed(prior_shape=1e8, prior_scale=1e8).fit(X_TR, Y_TR).predict(
         X_TE, return_std=True)
     np.testing.assert_allclose(t_std / g_std, 1.0, rtol=1e-6)
     reg_g = fixed(prior="gaussian", prior_scale=1.0).fit(X_TR, Y_TR)
