@@ -95,14 +95,16 @@ def test_cuda_fit_pickles_plain_and_loads_on_a_cpu_machine(tmp_path, name, Est, 
     on_cpu = pickle.loads((tmp_path / "model.pkl.out").read_bytes())
     assert on_cpu.pop("device") == "cpu"
     assert on_cpu.pop("warned"), "loading a CUDA model without CUDA must say it moves to the CPU"
+    tol = 1e-6 if est.get_params()["dtype"] in ("float64", "double") else 1e-4  # FiD: float32
     for key, value in on_gpu.items():
         if key == "predict" and "proba" in on_gpu:
             # labels agree wherever the two top probabilities are clearly apart
             top2 = np.sort(on_gpu["proba"], axis=1)[:, -2:]
-            clear = (top2[:, 1] - top2[:, 0]) > 1e-6
+            clear = (top2[:, 1] - top2[:, 0]) > 10 * tol
             np.testing.assert_array_equal(on_cpu[key][clear], value[clear], err_msg=key)
         else:
-            # CPU and GPU kernels round differently: the CUDA-against-CPU tolerance
+            # CPU and GPU kernels round differently: the CUDA-against-CPU tolerance of the
+            # model's dtype, relative to the output's scale
             scale = float(np.abs(value[np.isfinite(value)]).max())
-            np.testing.assert_allclose(on_cpu[key], value, rtol=0, atol=1e-6 * max(scale, 1.0),
+            np.testing.assert_allclose(on_cpu[key], value, rtol=0, atol=tol * max(scale, 1.0),
                                        err_msg=f"{name}: {key}")

@@ -106,6 +106,29 @@ def cho_inverse(L: torch.Tensor) -> torch.Tensor:
     return torch.cholesky_inverse(L)
 
 
+def inverse_lower(L: torch.Tensor, tile: int) -> torch.Tensor:
+    """``L^-1`` of a lower-triangular ``L`` (n x n), by square tiles of ``tile`` rows.
+
+    The diagonal tiles are inverted by triangular solves; every tile below them by matrix
+    products, row tile by row tile, from ``L X = I``:
+    ``X[I, J] = -X[I, I] (L[I, J:I] X[J:I, J])``. That is about n^3 / 3 multiply-adds in
+    matrix products, where a triangular solve against the identity does n^3 (it cannot skip
+    the zeros), and the memory is the result plus one tile row.
+    """
+    n = L.shape[0]
+    t = max(1, int(tile))
+    X = torch.zeros_like(L)
+    starts = range(0, n, t)
+    for i0 in starts:
+        i1 = min(i0 + t, n)
+        eye = torch.eye(i1 - i0, dtype=L.dtype, device=L.device)
+        X[i0:i1, i0:i1] = torch.linalg.solve_triangular(L[i0:i1, i0:i1], eye, upper=False)
+        for j0 in range(0, i0, t):
+            j1 = min(j0 + t, n)
+            X[i0:i1, j0:j1] = -(X[i0:i1, i0:i1] @ (L[i0:i1, j0:i0] @ X[j0:i0, j0:j1]))
+    return X
+
+
 class LowRankPlusDiag:
     """The matrix ``D + U U^T`` with diagonal ``D`` (n) and ``U`` (n x m), m << n.
 

@@ -80,3 +80,17 @@ def test_woodbury_with_duplicated_columns_is_stable():
     b = torch.randn(50, generator=g, dtype=torch.float64)
     np.testing.assert_allclose(op.solve(b).numpy(), np.linalg.solve(dense.numpy(), b.numpy()),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("n,tile", [(1, 4), (23, 5), (23, 23), (23, 64), (60, 16)])
+def test_inverse_lower_by_tiles(n, tile):
+    """``inverse_lower`` is the inverse of a lower-triangular factor for any tile size
+    (ragged last tiles, one tile, tiles larger than the matrix), and stays lower-triangular."""
+    from skbnngp._backend._linalg import inverse_lower
+
+    L = torch.linalg.cholesky(torch.as_tensor(_spd(n, seed=n)))
+    X = inverse_lower(L, tile)
+    np.testing.assert_allclose((X @ L).numpy(), np.eye(n), atol=1e-12)
+    assert torch.equal(X, X.tril())
+    np.testing.assert_allclose((X.T @ X).numpy(), torch.cholesky_inverse(L).numpy(),
+                               rtol=1e-10, atol=1e-12)

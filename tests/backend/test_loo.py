@@ -52,6 +52,23 @@ def test_exact_loo_equals_refitting_without_each_row():
     np.testing.assert_allclose(v.numpy(), v_bf, rtol=1e-7)
 
 
+def test_tiled_exact_loo_equals_refitting(monkeypatch):
+    """The CUDA path of the LOO variances (``L^-1`` by tiles), forced on the CPU with ragged
+    tiles of 6 rows, equals refitting without each row."""
+    import skbnngp._backend._gp as gp_module
+
+    monkeypatch.setattr(gp_module, "TILED_DEVICES", ("cpu",))
+    monkeypatch.setattr(gp_module, "ADJOINT_TILE", 6)
+    X, Y = _data()
+    raw = torch.log(torch.tensor([1.3, 0.8, 0.05], dtype=torch.float64))
+    eng = ExactGP(_rbf, _unpack, X, Y)
+    r, v = eng.loo(eng.state(raw))
+    Kn = (_rbf(_unpack(raw), X) + 0.05 * torch.eye(40, dtype=torch.float64)).numpy()
+    r_bf, v_bf = _brute_force(Kn, Y.numpy())
+    np.testing.assert_allclose(r.numpy(), r_bf, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(v.numpy(), v_bf, rtol=1e-7)
+
+
 def test_nystrom_loo_equals_refitting_under_the_low_rank_kernel():
     X, Y = _data(n=50, seed=1)
     Z = X[::5].clone()
