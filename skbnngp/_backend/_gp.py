@@ -111,11 +111,19 @@ class ExactGP:
                           block_elements=self.block, context=self.context)
 
     def _factor(self, K, p, warn=False, context="training kernel"):
+        return self._solve_factored(*self._cholesky(K, p, warn, context), p)
+
+    def _cholesky(self, K, p, warn, context):
+        """``chol(K + s I)`` (the noise is added to ``K``'s diagonal in place), ``s`` and the
+        jitter added."""
         noise = p["noise_variance"].detach()
         if self.relative_noise:
             noise = noise * K.diagonal().mean()
         K.diagonal().add_(noise)
         L, jitter = stable_cholesky(K, context=context, warn=warn)
+        return L, noise, jitter
+
+    def _solve_factored(self, L, noise, jitter, p):
         A = cho_solve(L, self.Y)
         q = (self.Y * A).sum()
         logdet = 2.0 * torch.log(L.diagonal()).sum()
@@ -154,7 +162,9 @@ class ExactGP:
         p = self.unpack(raw)
         with torch.no_grad():
             K = _gram(self.kernel, p, self.X, self.X, self.block)
-            return self._factor(K, p, warn, context)
+            factored = self._cholesky(K, p, warn, context)
+            del K  # freed before the solves: at most two n x n matrices (K and L) at once
+            return self._solve_factored(*factored, p)
 
     def value_and_grad(self, raw):
         """NLL and ``dNLL/draw`` through the explicit adjoint of ``K + s I``.

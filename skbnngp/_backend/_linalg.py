@@ -83,10 +83,16 @@ def stable_cholesky(A: torch.Tensor, *, context: str = "kernel matrix", warn: bo
 
 
 def cho_solve(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """Solve ``(L L^T) X = B`` given the lower Cholesky factor ``L``."""
-    if B.ndim == 1:
-        return torch.cholesky_solve(B.unsqueeze(-1), L).squeeze(-1)
-    return torch.cholesky_solve(B, L)
+    """Solve ``(L L^T) X = B`` given the lower Cholesky factor ``L``.
+
+    Two triangular solves, which read ``L`` in place (as ``L^T`` for the second);
+    ``torch.cholesky_solve`` copies the whole factor first, a third n x n matrix at the peak
+    of an exact GP fit.
+    """
+    vec = B.ndim == 1
+    Z = torch.linalg.solve_triangular(L, B.unsqueeze(-1) if vec else B, upper=False)
+    X = torch.linalg.solve_triangular(L.mT, Z, upper=True)
+    return X.squeeze(-1) if vec else X
 
 
 def solve_lower(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
