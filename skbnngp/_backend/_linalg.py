@@ -119,7 +119,7 @@ def inverse_lower(L: torch.Tensor, tile: int) -> torch.Tensor:
     products, row tile by row tile, from ``L X = I``:
     ``X[I, J] = -X[I, I] (L[I, J:I] X[J:I, J])``. That is about n^3 / 3 multiply-adds in
     matrix products, where a triangular solve against the identity does n^3 (it cannot skip
-    the zeros), and the memory is the result plus one tile row.
+    the zeros), and the memory is the result plus two tiles.
     """
     n = L.shape[0]
     t = max(1, int(tile))
