@@ -70,10 +70,11 @@ def check_dense_fits(n, device, element_bytes, *, matrices=3, context="exact GP"
                      alternative="a low-rank method", available=None):
     """Fail before allocating when ``matrices`` n x n arrays cannot fit on ``device``.
 
-    An exact GP fit on the CPU holds the Cholesky factor and the gradient's adjoint, after
-    the kernel matrix and the factor (on CUDA the adjoint is made by tiles and two n x n
-    arrays suffice); the default of three leaves room for row blocks and is kept until the
-    GPU peak is measured. ``available`` overrides :func:`available_bytes` (tests).
+    An exact GP fit holds two n x n arrays at once: the kernel matrix and its Cholesky
+    factor, then the factor and the gradient's adjoint (on the CPU) or the factor's inverse
+    (on CUDA, where the adjoint is made by tiles). The default of three leaves room for the
+    row blocks, and stays until the GPU peak of that layout is measured (3.0 n^2 before it).
+    ``available`` overrides :func:`available_bytes` (tests).
 
     Raises
     ------
