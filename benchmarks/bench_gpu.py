@@ -17,7 +17,10 @@ then is cut, later rows are listed as not run), so a run on a lent GPU machine w
 allowance ends in time with what it measured.
 The report is rewritten after every row, so a run that is killed still leaves its rows.
 Each row warms the device up (its context, BLAS and solver libraries) before the clock
-starts, ours and GPyTorch's alike. Peak memory is ``torch.cuda.max_memory_allocated`` on CUDA (on the CPU, the child's peak
+starts, ours and GPyTorch's alike. For the package's exact models the report also says
+where the fit time went: each call of the exact GP engine's stages (gradient evaluations,
+factorisations, the leave-one-out pass) by row count, timed with the device synchronised,
+with each stage's peak memory on CUDA. Peak memory is ``torch.cuda.max_memory_allocated`` on CUDA (on the CPU, the child's peak
 resident set, which includes the interpreter and is no device figure).
 
 Without CUDA the script says so and exits with status 0 (nothing to measure), unless
@@ -92,6 +95,66 @@ def _peak_gb(torch, dev):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
 
 
+class _Stages:
+    """Time (and on CUDA the peak memory of) each call of the exact GP engine's stages
+    during a fit, by stage and row count: where a fit's time goes. The overall peak is kept
+    as the largest of the stages' peaks and the peaks between them."""
+
+    METHODS = ("value_and_grad", "state", "loo")
+
+    def __init__(self, torch, dev):
+        self.torch, self.dev, self.cuda = torch, dev, dev.type == "cuda"
+        self.table, self.peak, self._saved, self._stack = {}, 0, [], []
+
+    def _wrap(self, name, f):
+        torch, prof = self.torch, self
+
+        def timed(eng, *a, **k):
+            _sync(torch, prof.dev)
+            if prof.cuda:
+                prof.peak = max(prof.peak, torch.cuda.max_memory_allocated(prof.dev))
+                torch.cuda.reset_peak_memory_stats(prof.dev)
+            # a stage called inside another (the factorisation inside a gradient) is listed
+            # under it, and counted in its time only once
+            key = "/".join([*prof._stack, f"{name} n={eng.n}"])
+            prof._stack.append(f"{name} n={eng.n}")
+            t0 = time.perf_counter()
+            try:
+                out = f(eng, *a, **k)
+            finally:
+                prof._stack.pop()
+            _sync(torch, prof.dev)
+            entry = prof.table.setdefault(key, [0, 0.0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - t0
+            if prof.cuda:
+                stage_peak = torch.cuda.max_memory_allocated(prof.dev)
+                entry[2] = max(entry[2], stage_peak / 2**30)
+                prof.peak = max(prof.peak, stage_peak)
+            return out
+        return timed
+
+    def __enter__(self):
+        from skbnngp._backend._gp import ExactGP
+        for m in self.METHODS:
+            f = ExactGP.__dict__[m]
+            self._saved.append((m, f))
+            setattr(ExactGP, m, self._wrap(m, f))
+        return self
+
+    def __exit__(self, *exc):
+        from skbnngp._backend._gp import ExactGP
+        for m, f in self._saved:
+            setattr(ExactGP, m, f)
+        if self.cuda:
+            self.peak = max(self.peak, self.torch.cuda.max_memory_allocated(self.dev))
+
+    def rows(self):
+        return {k: {"calls": c, "seconds": round(t, 3),
+                    "peak_gb": round(g, 3) if self.cuda else None}
+                for k, (c, t, g) in self.table.items()}
+
+
 def _ours(name, n, device, n_test):
     import torch
 
@@ -109,7 +172,7 @@ def _ours(name, n, device, n_test):
     _warm(torch, dev)
     _reset_peak(torch, dev)
     t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, _Stages(torch, dev) as stages:
         warnings.simplefilter("always")
         reg = models[name]().fit(X, y)
         _sync(torch, dev)
@@ -119,10 +182,13 @@ def _ours(name, n, device, n_test):
     dist = reg.predict_dist(Xt)
     predict_s = time.perf_counter() - t0
     mean = dist.mean()
+    peak = (max(stages.peak, torch.cuda.max_memory_allocated(dev)) / 2**30
+            if dev.type == "cuda" else _peak_gb(torch, dev))
     return dict(model=name, n=n, fit_s=fit_s, predict_s=predict_s,
                 nlpd=float(-np.mean(dist.logpdf(yt))),
                 rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
-                peak_gb=_peak_gb(torch, dev), device=str(reg.device_), warnings=warns)
+                peak_gb=peak, device=str(reg.device_), warnings=warns,
+                stages=stages.rows())
 
 
 def _gpytorch_exact(n, device, n_test, steps=50):
@@ -283,6 +349,16 @@ def write_report(report, stem):
     checks = targets(report["rows"])
     if checks:
         lines += ["", "## Targets", ""] + [f"- {t}: {v}" for t, v in checks]
+    staged = [r for r in report["rows"] if r.get("stages")]
+    if staged:
+        lines += ["", "## Where the fit time went (the exact GP engine's stages)", ""]
+        for r in staged:
+            parts = [f"{k}: {v['calls']} x, {v['seconds']:.2f} s"
+                     + (f", peak {v['peak_gb']:.2f} GB" if v.get("peak_gb") is not None else "")
+                     for k, v in r["stages"].items()]
+            inside = sum(v["seconds"] for k, v in r["stages"].items() if "/" not in k)
+            lines.append(f"- {r['model']} at n = {r['n']:,} (fit {r['fit_s']:.1f} s, "
+                         f"{r['fit_s'] - inside:.1f} s outside these): " + "; ".join(parts))
     warned = [(r["model"], r["n"], w) for r in report["rows"] for w in r.get("warnings") or []]
     if warned:
         lines += ["", "## Warnings raised by the fits", ""]

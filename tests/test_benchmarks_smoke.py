@@ -193,6 +193,12 @@ def test_gpu_script_cpu_smoke_run(harness, tmp_path):
     saved = json.loads(Path(str(out) + ".json").read_text())
     assert saved["rows"][0]["nlpd"] == row["nlpd"]
     assert "| stp_ard | 200 |" in out.with_suffix(".md").read_text()
+    # the engine's stages are timed: the gradient evaluations of the fit and one LOO pass
+    assert row["stages"]["value_and_grad n=200"]["calls"] >= 1
+    assert row["stages"]["loo n=200"]["calls"] == 1
+    inside = sum(v["seconds"] for k, v in row["stages"].items() if "/" not in k)
+    assert 0 < inside <= row["fit_s"]
+    assert "Where the fit time went" in out.with_suffix(".md").read_text()
     # a row that overruns its timeout is reported, not fatal
     report = bench.main(["--device", "cpu", "--sizes", "200", "--models", "stp_ard",
                          "--timeout", "0.01", "--out", str(out)])
