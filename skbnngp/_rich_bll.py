@@ -451,8 +451,8 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         cache = self._cache
         with torch.no_grad():
             f, Phi = self._features(Xv, cache)
-            var = (Phi @ cache["T"]).square().sum(1) + self.noise_variance_
-            z = (Yv.to(F64).reshape(-1) - f.reshape(-1)) / var.sqrt()
+            PT, noise = self._variance_factor(Phi, cache, 1.0, True)
+            z = (Yv.to(F64).reshape(-1) - f.reshape(-1)) / (PT.square().sum(1) + noise).sqrt()
         self.calibration_factor_ = loo_variance_factor(to_numpy(z), stats.norm.ppf(0.975),
                                                        0.95)
 
@@ -670,6 +670,13 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
             Phi = torch.cat(parts) if parts else Phi
         return f.to(F64), Phi
 
+    def _variance_factor(self, Phi, cache, k, include_noise):
+        """``PT`` with ``PT PT^T`` the latent covariance at features ``Phi``, and the noise
+        variance to add, both times the calibration factor ``k``: the one definition of
+        the predictive variance, for predict and for the calibration itself."""
+        PT = (Phi @ cache["T"]) * math.sqrt(k)
+        return PT, (k * self.noise_variance_ if include_noise else 0.0)
+
     def _latent(self, X, *, full_cov=False):
         check_is_fitted(self)
         check_predict_params(self, "include_noise", "batch_size_predict")
@@ -678,8 +685,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         Xq = as_tensor((X - self._x_offset) / self._x_scale, self.device_, self._dtype)
         f, Phi = self._features(Xq, cache)
         k = getattr(self, "calibration_factor_", 1.0)  # 1.0: a model pickled before it
-        PT = (Phi @ cache["T"]) * math.sqrt(k)
-        noise = k * self.noise_variance_ if self.include_noise else 0.0
+        PT, noise = self._variance_factor(Phi, cache, k, self.include_noise)
         if full_cov:
             V = PT @ PT.T
             V.diagonal().add_(noise)
