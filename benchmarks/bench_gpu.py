@@ -76,7 +76,11 @@ def _sync(torch, dev):
 
 def _warm(torch, dev):
     """Start the device's context and its BLAS / solver libraries before the clock starts
-    (done for every row, ours and GPyTorch's alike, so no row pays the one-off start-up)."""
+    (done for every row, ours and GPyTorch's alike, so no row pays the one-off start-up).
+    That includes torch's own first optimizer: ``torch.optim.Optimizer.__init__`` imports
+    ``torch._dynamo`` (and SymPy) once per process, which took 3-6 s on the H200 machine and
+    fell inside both libraries' fits (both use ``torch.optim``)."""
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     a = torch.eye(64, dtype=torch.float64, device=dev) * 2.0
     torch.linalg.cholesky(a @ a)
     torch.linalg.solve_triangular(a, a, upper=False)

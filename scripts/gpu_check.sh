@@ -6,8 +6,9 @@
 # step (a lent machine returns at most 8 files, and a command cut at its limit still returns
 # what it had packed); $OUT/summary.txt is the short account.
 #
-# Usage: bash scripts/gpu_check.sh [total seconds, default 570] [all | bench | suite]
-# "bench" stops after the benchmark, "suite" runs only the whole suite (with all the time).
+# Usage: bash scripts/gpu_check.sh [total seconds, default 570] [all | bench | targets | suite]
+# "bench" stops after the benchmark, "targets" runs only the benchmark rows that decide
+# issue 11's targets (no tests), "suite" runs only the whole suite (with all the time).
 # On a lent machine (10 minutes a command), with wheels of the optional packages the image
 # lacks in .whl/ (zuko, skops and its needs; scikit-learn, installed only when the image's
 # is older than the package needs):
@@ -59,13 +60,14 @@ for mod in pytest xdist hypothesis gpytorch zuko skops; do
 done
 pack
 
-if [ "$MODE" != "suite" ]; then
+if [ "$MODE" != "suite" ] && [ "$MODE" != "targets" ]; then
 # 1. the CUDA tests: CUDA against CPU per estimator, and CUDA fits pickled and loaded without
 #    CUDA (they skip on a CPU machine)
 timeout -s INT -k 10 150 "$PY" -m pytest -q -p no:cacheprovider -rfEs -k cuda tests \
   > "$W/tests_cuda.log" 2>&1
 say "cuda tests rc=$?: $(tail -1 "$W/tests_cuda.log")"
 pack
+fi
 
 # 2. the benchmark; each part ends at its budget (the row running then is cut). First the
 #    rows that decide issue 11's targets (STP and GPyTorch's exact GP at 20,000 rows, STP at
@@ -78,7 +80,11 @@ bench() {  # bench NAME SECONDS ARGS...
   cat "$W/$name.md" 2>/dev/null
   pack
 }
+if [ "$MODE" != "suite" ]; then
 bench bench_gpu_targets 180 --sizes 20000 50000 --models stp_ard gpytorch_exact
+fi
+if [ "$MODE" = "targets" ]; then say "done (targets only)"; pack; exit 0; fi
+if [ "$MODE" != "suite" ]; then
 bench bench_gpu_5k 90 --sizes 5000
 bench bench_gpu_20k 90 --sizes 20000 --models mixed_nystrom dbk_exact dbk_svi mixed_exact
 fi

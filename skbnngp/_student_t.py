@@ -238,7 +238,10 @@ prior_scale_bounds : pair of floats or "fixed"
         Fitted values of ``weight_variance``, ``bias_variance``, ``alpha``, ``prior_shape``,
         ``prior_scale``.
     L_ : ndarray of shape (n_samples, n_samples)
-        Lower Cholesky factor of ``K + lambda I`` (plus any jitter added).
+        Lower Cholesky factor of ``K + lambda I`` (plus any jitter added). Read from the
+        factorisation on ``device_`` when first asked for (a host copy on a GPU, 20 GB at
+        50,000 rows, so a fit does not pay for it unless it is used) and not pickled: a loaded
+        model refactorises from ``X_train_`` and ``hyperparameters_``.
     dual_coef_ : ndarray of shape (n_samples, n_targets)
         ``(K + lambda I)^{-1} y``.
     q_ : float
@@ -488,7 +491,6 @@ prior_scale_bounds : pair of floats or "fixed"
         self._engine, self._theta = engine, theta
         cache = self._factorise()
         f = cache["factor"]
-        self.L_ = to_numpy(f["L"])
         self.dual_coef_ = to_numpy(f["dual"])
         self.q_ = to_float(f["q"])
         p = torch.exp(theta)
@@ -509,6 +511,14 @@ prior_scale_bounds : pair of floats or "fixed"
             level = self._calibration_level
             unit = mix.predictive(np.zeros(1), np.ones(1)).ppf(0.5 + level / 2)
             self._calibrate_variance(engine, f, cache["p"], float(np.ravel(unit)[0]))
+
+    @property
+    def L_(self):
+        check_is_fitted(self)
+        cache = self._get_cache()
+        if "L_host" not in cache:
+            cache["L_host"] = to_numpy(cache["factor"]["L"])
+        return cache["L_host"]
 
     def _set_alpha(self, alpha):
         """Refactorise with the noise ratio ``alpha``, the other hyperparameters kept."""

@@ -465,6 +465,23 @@ def test_pipeline_gridsearch_cv_clone_pickle():
     assert not hasattr(c, "L_") and c.get_params() == reg.get_params()
 
 
+def test_cholesky_factor_is_read_on_demand_and_not_pickled():
+    # L_ is made from the device factorisation when asked for: it must still be the factor
+    # of K + lambda I (L L^T dual_coef_ = y_train_), and a pickle must not carry the n x n
+    # array (the loaded model refactorises and gives the same factor)
+    X, y = _data(n=120)
+    reg = StudentTProcessRegressor(max_iter=5, device="cpu", random_state=0).fit(X, y)
+    assert "L_" not in vars(reg)
+    L = reg.L_
+    assert L.shape == (120, 120) and np.allclose(L, np.tril(L))
+    np.testing.assert_allclose(L @ (L.T @ reg.dual_coef_), reg.y_train_, rtol=1e-8, atol=1e-8)
+    blob = pickle.dumps(reg)
+    assert len(blob) < 120 * 120 * 8
+    np.testing.assert_allclose(pickle.loads(blob).L_, L, rtol=1e-10, atol=1e-12)
+    with pytest.raises(AttributeError):
+        StudentTProcessRegressor().L_
+
+
 def test_random_state_repeatable():
     X, y = _data(n=40)
     kw = {"prior": "burr12", "n_restarts_optimizer": 1, "max_iter": 5, "device": "cpu"}
