@@ -75,7 +75,8 @@ def main():
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(args.top)
         print("\n".join(s.getvalue().splitlines()[6:6 + args.top + 4]))
         del reg
-        torch.cuda.empty_cache() if dev.type == "cuda" else None
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

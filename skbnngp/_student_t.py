@@ -514,6 +514,7 @@ prior_scale_bounds : pair of floats or "fixed"
 
     @property
     def L_(self):
+        """Lower Cholesky factor of ``K + lambda I`` (NumPy), read from ``device_`` on demand."""
         check_is_fitted(self)
         cache = self._get_cache()
         if "L_host" not in cache:
@@ -614,6 +615,8 @@ prior_scale_bounds : pair of floats or "fixed"
         return state  # a SampledPrior saves its draws as NumPy itself
 
     def __setstate__(self, state):
+        state = dict(state)
+        state.pop("L_", None)  # saved by versions before L_ was read on demand
         super().__setstate__(state)
         obj = self.__dict__.get("_prior_obj")
         if isinstance(obj, SampledPrior):

@@ -478,6 +478,12 @@ def test_cholesky_factor_is_read_on_demand_and_not_pickled():
     blob = pickle.dumps(reg)
     assert len(blob) < 120 * 120 * 8
     np.testing.assert_allclose(pickle.loads(blob).L_, L, rtol=1e-10, atol=1e-12)
+    # a pickle from before L_ was read on demand holds it: the stale copy is dropped
+    old = {**reg.__getstate__(), "L_": np.zeros((120, 120))}
+    back = StudentTProcessRegressor.__new__(StudentTProcessRegressor)
+    back.__setstate__(old)
+    assert "L_" not in vars(back)
+    np.testing.assert_allclose(back.L_, L, rtol=1e-10, atol=1e-12)
     with pytest.raises(AttributeError):
         StudentTProcessRegressor().L_
 
