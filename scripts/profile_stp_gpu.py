@@ -22,8 +22,9 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[5000, 5000, 20000, 50000])
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
-    import torch
     import bench_gpu
+    import torch
+
     import skbnngp._student_t as st
     from skbnngp import StudentTProcessRegressor
     from skbnngp._backend import _gp
@@ -55,7 +56,7 @@ def main():
         wrap(owner, name)
     bench_gpu._warm(torch, dev)
     for n in args.sizes:
-        X, y, Xt, yt = bench_gpu._data(n, 2000)
+        X, y, Xt, _ = bench_gpu._data(n, 2000)
         times.clear()
         prof = cProfile.Profile()
         bench_gpu._sync(torch, dev)

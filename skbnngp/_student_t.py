@@ -518,7 +518,9 @@ prior_scale_bounds : pair of floats or "fixed"
         check_is_fitted(self)
         cache = self._get_cache()
         if "L_host" not in cache:
-            cache["L_host"] = to_numpy(cache["factor"]["L"])
+            # read-only: on the CPU it shares memory with the factor that predict uses
+            L = cache["L_host"] = to_numpy(cache["factor"]["L"])
+            L.setflags(write=False)
         return cache["L_host"]
 
     def _set_alpha(self, alpha):

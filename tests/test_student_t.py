@@ -474,6 +474,8 @@ def test_cholesky_factor_is_read_on_demand_and_not_pickled():
     assert "L_" not in vars(reg)
     L = reg.L_
     assert L.shape == (120, 120) and np.allclose(L, np.tril(L))
+    with pytest.raises(ValueError, match="read-only"):  # it shares memory with the cache
+        L[0, 0] = 0.0
     np.testing.assert_allclose(L @ (L.T @ reg.dual_coef_), reg.y_train_, rtol=1e-8, atol=1e-8)
     blob = pickle.dumps(reg)
     assert len(blob) < 120 * 120 * 8
@@ -485,7 +487,7 @@ def test_cholesky_factor_is_read_on_demand_and_not_pickled():
     assert "L_" not in vars(back)
     np.testing.assert_allclose(back.L_, L, rtol=1e-10, atol=1e-12)
     with pytest.raises(AttributeError):
-        StudentTProcessRegressor().L_
+        _ = StudentTProcessRegressor().L_
 
 
 def test_random_state_repeatable():
