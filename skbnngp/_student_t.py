@@ -240,8 +240,8 @@ prior_scale_bounds : pair of floats or "fixed"
     L_ : ndarray of shape (n_samples, n_samples)
         Lower Cholesky factor of ``K + lambda I`` (plus any jitter added). Read from the
         factorisation on ``device_`` when first asked for (a host copy on a GPU, 20 GB at
-        50,000 rows, so a fit does not pay for it unless it is used) and not pickled: a loaded
-        model refactorises from ``X_train_`` and ``hyperparameters_``.
+        50,000 rows, so a fit does not pay for it unless it is used), read-only, and not
+        pickled: a loaded model refactorises from ``X_train_`` and ``hyperparameters_``.
     dual_coef_ : ndarray of shape (n_samples, n_targets)
         ``(K + lambda I)^{-1} y``.
     q_ : float
