@@ -26,7 +26,9 @@ ECE is reported three ways, since the per-fold figure is biased upward on small 
 * ``ece_floor`` and ``ece_pooled_floor``: the noise floor of each, the mean ECE that a
   perfectly calibrated model with the same predicted probabilities gets when its labels are
   drawn from those probabilities (``N_FLOOR_DRAWS`` draws; only the top-label correctness
-  matters, which is Bernoulli(confidence)).
+  matters, which is Bernoulli(confidence));
+* ``ece_p`` and ``ece_pooled_p``: a one-sided Monte-Carlo test of calibration, the share of
+  ``N_PVALUE_DRAWS`` such calibrated draws whose ECE reaches the observed one.
 
 Ablations (``--models`` only): ``fidgp_none``, ``fidgp_temp`` (FiD-GP's ``calibration``),
 ``stpc_alpha10`` (the Student-t classifier's old ``alpha_bounds``) and ``stpc_shared``
@@ -88,6 +90,7 @@ NLL_SLACK = 0.02
 ECE_MAX = 0.05
 N_BINS = 15
 N_FLOOR_DRAWS = 200
+N_PVALUE_DRAWS = 2000
 
 
 def ece_top_label(correct, conf, n_bins=N_BINS):
@@ -108,6 +111,28 @@ def ece_noise_floor(proba, n_draws=N_FLOOR_DRAWS, seed=0):
     conf = p.max(axis=1)
     u = np.random.default_rng(seed).random((n_draws, p.shape[0]))
     return float(np.mean(ece_top_label((u < conf).astype(np.float64), conf)))
+
+
+def ece_calibrated_draws(probas, n_draws=N_PVALUE_DRAWS, seed=0):
+    """ECE of a perfectly calibrated model with these probabilities, ``n_draws`` times.
+
+    ``probas`` is a list of (n_i, k) probability arrays, one per test fold; labels are drawn
+    from each row's predictive, independently per fold, and each draw's ECE is the mean over
+    the folds of the fold's ECE (one fold: the ECE of that set). Returns ``(n_draws,)``."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros(n_draws)
+    for proba in probas:
+        conf = np.asarray(proba, dtype=np.float64).max(axis=1)
+        out += ece_top_label((rng.random((n_draws, conf.shape[0])) < conf).astype(np.float64),
+                             conf)
+    return out / len(probas)
+
+
+def ece_pvalue(observed, draws):
+    """One-sided Monte-Carlo p-value of an observed ECE against calibrated ``draws``: the
+    chance that a calibrated model with the same probabilities scores at least as high."""
+    draws = np.asarray(draws)
+    return float((1 + np.sum(draws >= observed - 1e-12)) / (draws.size + 1))
 
 
 def ece_of(y_idx, proba):
@@ -250,8 +275,11 @@ def summarise(records, models, sets):
             labels[st] = np.unique(yy, return_inverse=True)[1]
         y_idx = labels[st]
         floors = [ece_noise_floor(r["proba"]) for r in recs]
-        mean[m][st]["ece_floor"] = float(np.mean(floors)) if len(recs) == len(
-            cells[m][st]["ece"]) else float("nan")
+        whole = len(recs) == len(cells[m][st]["ece"])
+        mean[m][st]["ece_floor"] = float(np.mean(floors)) if whole else float("nan")
+        if whole:
+            mean[m][st]["ece_p"] = ece_pvalue(mean[m][st]["ece"], ece_calibrated_draws(
+                [r["proba"] for r in recs]))
         rows = np.concatenate([r["test_rows"] for r in recs])
         if len(rows) == len(y_idx) and len(np.unique(rows)) == len(y_idx):
             P = np.concatenate([np.asarray(r["proba"]) for r in recs])
@@ -259,6 +287,8 @@ def summarise(records, models, sets):
             P /= P.sum(axis=1, keepdims=True)
             mean[m][st]["ece_pooled"] = ece_of(y_idx[rows], P)
             mean[m][st]["ece_pooled_floor"] = ece_noise_floor(P)
+            mean[m][st]["ece_pooled_p"] = ece_pvalue(mean[m][st]["ece_pooled"],
+                                                     ece_calibrated_draws([P]))
     # sets every model has results on (all of them after a complete run)
     complete = [s for s in sets if mean and all(s in mean[m] for m in mean)]
     mean_nll = {m: (float(np.mean([mean[m][s]["nll"] for s in complete]))
@@ -287,10 +317,14 @@ def _group(records):
 def markdown(result):
     s, sets = result["summary"], result["sets"]
     out = ["# Classifier probabilities (issue 20)", "",
-           f"Measured on commit `{result['commit']}`"
+           (f"Report regenerated from stored fit records at commit `{result['commit']}` (no "
+            "fit re-run; where the records were measured: below)"
+            if result.get("report_only") else f"Measured on commit `{result['commit']}`")
            + (" (quick profile: 2 folds and a subset of sets; not the reference run)"
               if result["quick"] else "")
-           + f". {result['machine']}; jobs={result['jobs']}, one thread per fit. "
+           + f". {result['machine']}"
+           + ("" if result.get("report_only") else f"; jobs={result['jobs']}, one thread per fit")
+           + ". "
            + (f"Wall time {result['wall_s'] / 60:.1f} min. " if result["wall_s"] is not None
               else "") + "Versions: "
            + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".", "",
@@ -341,8 +375,11 @@ def markdown(result):
              "all out-of-fold predictions together (every row once). Floor: the mean ECE of a "
              "perfectly calibrated model with the same predicted probabilities (labels drawn "
              f"from the predictions, {N_FLOOR_DRAWS} draws); an ECE near its floor is "
-             "indistinguishable from calibrated at this sample size. Cells: "
-             "ECE / floor."), "",
+             "indistinguishable from calibrated at this sample size. p: the share of "
+             f"{N_PVALUE_DRAWS} such calibrated draws (per fold: every fold drawn, then "
+             "averaged as the per-fold figure is) whose ECE is at least the observed one; a "
+             "small p (say below 0.05) is evidence of miscalibration, a large one is not. "
+             "Cells: ECE / floor (p)."), "",
             "| model | " + " | ".join(f"{st} per fold | {st} pooled" for st in sets) + " |",
             "|---|" + "---:|---:|" * len(sets)]
     for m in s["models"]:
@@ -350,7 +387,9 @@ def markdown(result):
         for st in sets:
             c = s["mean"].get(m, {}).get(st, {})
             for a, b in (("ece", "ece_floor"), ("ece_pooled", "ece_pooled_floor")):
-                cells.append(f"{fmt(c.get(a, float('nan')))} / {fmt(c.get(b, float('nan')))}")
+                pv = c.get(f"{a}_p", float("nan"))
+                cells.append(f"{fmt(c.get(a, float('nan')))} / {fmt(c.get(b, float('nan')))}"
+                             + (f" (p {pv:.2f})" if np.isfinite(pv) else ""))
         out.append(f"| {LABELS[m]} | " + " | ".join(cells) + " |")
     out += ["", ("A dash: no stored probabilities for that cell (records from before the "
                  "pooled ECE was added)."), ""]
@@ -391,7 +430,7 @@ def main(argv=None):
     missing = len(tasks) - len(records)
     result = {"commit": git_commit(), "machine": machine(), "versions": versions(),
               "quick": args.quick, "jobs": args.jobs, "folds": folds, 
-              "wall_s": None if args.report_only else wall,
+              "wall_s": None if args.report_only else wall, "report_only": args.report_only,
               "sets": sets, "models": models,
               "partial": " ".join(filter(None, [
                   f"{missing} of {len(tasks)} fits not run yet." if missing else None,

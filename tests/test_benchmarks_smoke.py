@@ -75,6 +75,31 @@ def test_classification_script_tiny_run(harness, tmp_path):
     assert "mean NLL" in out.with_suffix(".md").read_text()
 
 
+def test_classification_ece_pvalue_separates_calibrated_from_overconfident(harness):
+    bench = importlib.import_module("bench_classification")
+    rng = np.random.default_rng(1)
+    conf = rng.uniform(0.5, 1.0, size=(5, 60))  # five folds, binary top-label confidences
+    probas = [np.column_stack([c, 1 - c]) for c in conf]
+    draws = bench.ece_calibrated_draws(probas, n_draws=2000, seed=0)
+    assert draws.shape == (2000,) and np.all(draws >= 0)
+    # its mean is the per-fold floor (up to Monte-Carlo error)
+    floor = np.mean([bench.ece_noise_floor(p) for p in probas])
+    assert abs(draws.mean() - floor) < 0.1 * floor
+
+    def ece_with(labels):
+        return np.mean([bench.ece_of(y, p) for y, p in zip(labels, probas)])
+
+    # labels drawn from the predictions: p-values close to uniform over repeated label sets
+    pvals = [bench.ece_pvalue(ece_with([(rng.random(60) >= c).astype(int) for c in conf]),
+                              draws) for _ in range(200)]
+    assert 0.35 < np.mean(pvals) < 0.65 and 0.02 < np.mean(np.array(pvals) < 0.1) < 0.2
+    # over-confident: the top label is right only 60 % of the time whatever the confidence
+    p_bad = bench.ece_pvalue(ece_with([(rng.random(60) >= 0.6).astype(int) for _ in conf]),
+                             draws)
+    assert p_bad < 0.01
+    assert bench.ece_pvalue(0.0, draws) == 1.0  # a p-value, never above 1
+
+
 def test_uncertainty_extrap_seeds_refits_only_the_network_models(harness, monkeypatch):
     bench = importlib.import_module("bench_uncertainty")
     args = bench.argparse.Namespace(quick=True, sections=["extrap_seeds"], sets=["gap"],
