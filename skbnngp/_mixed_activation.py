@@ -220,6 +220,9 @@ default=("tanh", "leaky_relu")
     L_, LB_, dual_coef_ : ndarray
         Cholesky factors of ``K_SS + jitter`` and ``B = I + V V^T / noise`` (Nystrom), or of
         ``K + noise I`` and None (exact); mean = ``K(X*, anchors or X_train_) @ dual_coef_``.
+        ``L_`` is read-only. In the exact mode it is read from ``device_`` when first asked
+        for and is not pickled: a loaded model factorises again (so a saved exact model
+        grows with n, not n**2).
     X_train_ : ndarray of shape (n_samples, n_features)
     y_train_ : ndarray of shape (n_samples, n_targets)
         Training targets after normalisation.
@@ -564,23 +567,63 @@ default=("tanh", "leaky_relu")
         self.leaky_slope_ = to_float(p["leaky_slope"]) if layout.has_leaky else None
         self.weights_ = to_numpy(p["weights"])
         self.theta_ = values
-        self.L_ = to_numpy(st["L"])
         self.LB_ = None if st["LB"] is None else to_numpy(st["LB"])
         self.dual_coef_ = to_numpy(st["dual"])
         self.log_marginal_likelihood_value_ = -to_float(st["nll"])
         self.map_objective_value_ = to_float(st["nll"] + layout.prior(raw, priors))
-        # the predictive always reads the cache rebuilt from the NumPy state, so a pickled or
-        # skops-saved model predicts bit for bit as the fitted one
-        self._cache = self._build_cache()
+        if st["LB"] is None:
+            # exact: the n x n factor stays on device_ (no host copy in fit, none pickled);
+            # a loaded model factorises again at theta_ (_build_cache)
+            self._L_small = None
+            self._cache = {"basis": st["basis"], "L": st["L"], "LB": None, "dual": st["dual"],
+                           "p": p}
+        else:
+            # Nystrom: the m x m anchor factor is saved, and the predictive reads the cache
+            # rebuilt from the NumPy state, as a loaded model does
+            self._L_small = to_numpy(st["L"])
+            self._cache = self._build_cache()
 
     def _build_cache(self):
-        # after unpickling: tensors on device_ from the NumPy fitted state
+        # after unpickling: tensors on device_ from the NumPy fitted state; the exact mode
+        # refactorises K + noise I at theta_ (O(n^3), as in fit's last step)
         dev, dt = self.device_, self._dtype
-        basis = self._scale_X(self.X_train_ if self.anchors_ is None else self.anchors_)
         raw = as_tensor(self.theta_, dev, dt)
-        return {"basis": as_tensor(basis, dev, dt), "L": as_tensor(self.L_, dev, dt),
-                "LB": None if self.LB_ is None else as_tensor(self.LB_, dev, dt),
+        if self.anchors_ is None:
+            engine = self._make_engine(as_tensor(self._scale_X(self.X_train_), dev, dt),
+                                       as_tensor(self.y_train_, dev, dt), None)
+            st = engine.state(raw, warn=True,
+                              context=f"{type(self).__name__}: training kernel (on load)")
+            return {"basis": st["basis"], "L": st["L"], "LB": None,
+                    "dual": as_tensor(self.dual_coef_, dev, dt), "p": self._layout.unpack(raw)}
+        return {"basis": as_tensor(self._scale_X(self.anchors_), dev, dt),
+                "L": as_tensor(self._L_small, dev, dt),
+                "LB": as_tensor(self.LB_, dev, dt),
                 "dual": as_tensor(self.dual_coef_, dev, dt), "p": self._layout.unpack(raw)}
+
+    @property
+    def L_(self):
+        """Cholesky factor (NumPy, read-only): of ``K_SS + jitter`` under Nystrom, saved with
+        the model; of ``K + noise I`` in the exact mode, read from ``device_`` on demand and
+        not pickled."""
+        check_is_fitted(self)
+        small = self.__dict__.get("_L_small")
+        if small is not None:
+            small.setflags(write=False)
+            return small
+        cache = self._get_cache()
+        if "L_host" not in cache:
+            L = to_numpy(cache["L"])
+            L.setflags(write=False)
+            cache["L_host"] = L
+        return cache["L_host"]
+
+    def __setstate__(self, state):
+        state = dict(state)
+        old = state.pop("L_", None)  # saved by versions before L_ was a property
+        if old is not None and state.get("anchors_") is not None:
+            state["_L_small"] = old
+        state.setdefault("_L_small", None)
+        super().__setstate__(state)
 
     # ------------------------------------------------------------------ predict
     def _latent(self, X, *, full_cov=False):

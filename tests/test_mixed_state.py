@@ -40,3 +40,54 @@ def test_predict_time_parameters_are_validated(fitted, param, bad):
     est = pickle.loads(pickle.dumps(fitted[0])).set_params(**{param: bad})
     with pytest.raises(ValueError, match=param):
         est.predict(fitted[1], return_std=True)
+
+
+def test_exact_cholesky_factor_is_read_on_demand_and_not_pickled():
+    # the exact mode's n x n factor stays on the device: L_ is read from it when asked for,
+    # is still the factor of K + noise I (L L^T dual_coef_ = y_train_), and a pickle carries
+    # no n x n array (the loaded model refactorises at theta_ and predicts the same)
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(150, 2))
+    y = np.sin(4 * X[:, 0]) + 0.1 * rng.standard_normal(150)
+    est = MixedActivationGPRegressor(approx="exact", max_iter=5, device="cpu",
+                                     random_state=0).fit(X, y)
+    assert "L_" not in vars(est)
+    L = est.L_
+    assert L.shape == (150, 150) and np.allclose(L, np.tril(L))
+    with pytest.raises(ValueError, match="read-only"):  # it shares memory with the cache
+        L[0, 0] = 0.0
+    np.testing.assert_allclose(L @ (L.T @ est.dual_coef_), est.y_train_, rtol=1e-8, atol=1e-8)
+    blob = pickle.dumps(est)
+    assert len(blob) < 150 * 150 * 8
+    back = pickle.loads(blob)
+    np.testing.assert_allclose(back.L_, L, rtol=1e-10, atol=1e-12)
+    m0, s0 = est.predict(X, return_std=True)
+    m1, s1 = back.predict(X, return_std=True)
+    np.testing.assert_allclose(m1, m0, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(s1, s0, rtol=0, atol=1e-10)
+    # a pickle from before L_ was a property holds it: the stale copy is dropped
+    old = {**est.__getstate__(), "L_": np.zeros((150, 150))}
+    del old["_L_small"]
+    legacy = MixedActivationGPRegressor.__new__(MixedActivationGPRegressor)
+    legacy.__setstate__(old)
+    assert "L_" not in vars(legacy)
+    np.testing.assert_allclose(legacy.L_, L, rtol=1e-10, atol=1e-12)
+    with pytest.raises(AttributeError):
+        _ = MixedActivationGPRegressor().L_
+
+
+def test_nystrom_anchor_factor_is_saved(fitted):
+    # under Nystrom L_ is the m x m anchor factor, saved with the model (an old pickle's L_
+    # is kept as that factor)
+    est, X = fitted
+    m = est.n_anchors_
+    L = est.L_
+    assert L.shape == (m, m) and not L.flags.writeable
+    back = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(back.L_, L)
+    old = {k: v for k, v in est.__getstate__().items() if k != "_L_small"}
+    old["L_"] = np.array(L)
+    legacy = MixedActivationGPRegressor.__new__(MixedActivationGPRegressor)
+    legacy.__setstate__(old)
+    np.testing.assert_array_equal(legacy.L_, L)
+    np.testing.assert_allclose(legacy.predict(X), est.predict(X), rtol=0, atol=1e-12)
