@@ -105,7 +105,8 @@ REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
 SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
 SETS = REAL + SYNTHETIC
 MODELS = ("stp", "stp_nocal", "mixed", "mixed_nocal", "dbk", "dbk_nocal", "dbk_paper", "dbk_ev0",
-          "richbll", "richbll_cal", "bll", "gpr", "svgp", "laplace", "ensemble")
+          "richbll", "richbll_nocal", "richbll_cal", "bll", "bll_nocal", "gpr", "svgp",
+          "laplace", "ensemble")
 LABELS = {"stp": "StudentTProcessRegressor",
           "stp_nocal": "StudentTProcessRegressor(variance_calibration=None)",
           "mixed": "MixedActivationGPRegressor",
@@ -116,18 +117,21 @@ LABELS = {"stp": "StudentTProcessRegressor",
           "dbk_ev0": "DBKRegressor(trace_weight=0)",
           "richbll": "RichBLLRegressor",
           "richbll_cal": "RichBLLRegressor(variance_calibration='validation')",
-          "bll": "RichBLLRegressor(uncertainty='bll')", "gpr": "sklearn GP (ARD RBF + White)",
+          "richbll_nocal": "RichBLLRegressor(variance_calibration=None)",
+          "bll": "RichBLLRegressor(uncertainty='bll')",
+          "bll_nocal": "RichBLLRegressor(uncertainty='bll', variance_calibration=None)",
+          "gpr": "sklearn GP (ARD RBF + White)",
           "svgp": "GPyTorch SVGP (500 inducing)", "laplace": "laplace-torch last-layer",
           "ensemble": "deep ensemble (5 MLPs)"}
 SECTIONS = ("cv", "cv_seeds", "cv_folds", "extrap", "extrap_seeds", "concrete20", "large")
 #: ``cv_folds``: the fold seeds (``KFold``'s ``random_state``) beside the ``cv`` section's 0,
 #: and the models refitted on them (the package's default regressors and the reference GP).
 FOLD_SEEDS = (1, 2)
-FOLD_SEED_MODELS = ("stp", "mixed", "dbk", "richbll", "gpr")
+FOLD_SEED_MODELS = ("stp", "mixed", "dbk", "richbll", "richbll_nocal", "gpr")
 #: ``extrap_seeds``: the models whose fit depends on the seed (a network's initialisation
 #: and batches), refitted with these ``random_state`` values on the extrapolation splits.
-NETWORK_MODELS = ("dbk", "dbk_nocal", "dbk_paper", "dbk_ev0", "richbll", "bll", "laplace",
-                  "ensemble")
+NETWORK_MODELS = ("dbk", "dbk_nocal", "dbk_paper", "dbk_ev0", "richbll", "richbll_nocal", "bll",
+                  "bll_nocal", "laplace", "ensemble")
 EXTRAP_SEEDS = (0, 1, 2, 3, 4)
 SVGP_MIN_ROWS = 5000
 PUBLISHED_CONCRETE = {"MC dropout": "3.04 ± 0.02", "deep ensembles": "3.06 ± 0.18",
@@ -342,7 +346,11 @@ def make_model(name, n_features, quick=False, seed=0):
         "richbll": lambda: skbnngp.RichBLLRegressor(**common),
         "richbll_cal": lambda: skbnngp.RichBLLRegressor(variance_calibration="validation",
                                                         **common),
+        "richbll_nocal": lambda: skbnngp.RichBLLRegressor(variance_calibration=None,
+                                                          **common),
         "bll": lambda: skbnngp.RichBLLRegressor(uncertainty="bll", **common),
+        "bll_nocal": lambda: skbnngp.RichBLLRegressor(uncertainty="bll",
+                                                      variance_calibration=None, **common),
         "gpr": lambda: _sklearn_gpr(n_features),
         "svgp": lambda: (SVGPRegressor(n_inducing=100, n_steps=300) if quick
                          else SVGPRegressor()),

@@ -1,6 +1,6 @@
-"""RichBLLRegressor(variance_calibration="validation"): the split-conformal factor from the
-rows held out of training, its effect on every predictive output, and the settings that
-cannot use it."""
+"""RichBLLRegressor(variance_calibration="validation" or "student_t"): the split-conformal
+factor (and the Student-t degrees of freedom) from the rows held out of training, their
+effect on every predictive output, and the settings that cannot use them."""
 
 import pickle
 
@@ -11,6 +11,7 @@ from scipy import stats
 from skbnngp import RichBLLRegressor
 from skbnngp._backend import loo_variance_factor
 from skbnngp._rich_bll import RichBLLRegressor as _Impl
+from skbnngp._rich_bll import _fit_df
 
 from ._promise import assert_same_predictions
 
@@ -48,7 +49,7 @@ def test_factor_is_the_split_conformal_quantile_of_the_held_out_rows(validation_
     # a fixed noise well below the residuals' scale: an over-confident predictive
     kw = dict(SMALL, noise_variance=0.01)
     cal = RichBLLRegressor(variance_calibration="validation", **kw).fit(X, y)
-    plain = RichBLLRegressor(**kw).fit(X, y)  # the same network and posterior
+    plain = RichBLLRegressor(variance_calibration=None, **kw).fit(X, y)  # the same network and posterior
     va = validation_rows[0]
     np.testing.assert_array_equal(va, validation_rows[1])
     assert len(va) == int(np.ceil(0.2 * len(y)))
@@ -70,7 +71,7 @@ def test_every_predictive_output_is_widened_by_the_factor():
     X, y = _heteroscedastic()
     Xq = np.linspace(-1.5, 1.5, 7)[:, None]
     cal = RichBLLRegressor(variance_calibration="validation", **SMALL).fit(X, y)
-    plain = RichBLLRegressor(**SMALL).fit(X, y)
+    plain = RichBLLRegressor(variance_calibration=None, **SMALL).fit(X, y)
     k = cal.calibration_factor_
     m1, s1 = cal.predict(Xq, return_std=True)
     m0, s0 = plain.predict(Xq, return_std=True)
@@ -101,21 +102,22 @@ def test_pickle_keeps_the_factor_and_an_old_model_predicts_as_before():
     # a round trip: equal under the package's repeatability promise, not bit for bit
     assert_same_predictions(back.predict_std(X[:5]), reg.predict_std(X[:5]))
     # a model pickled before the attribute existed predicts its uncalibrated variance
-    plain = RichBLLRegressor(**SMALL).fit(X, y)
+    plain = RichBLLRegressor(variance_calibration=None, **SMALL).fit(X, y)
     del plain.calibration_factor_
     old = pickle.loads(pickle.dumps(plain))
     assert_same_predictions(old.predict_std(X[:5]) * np.sqrt(reg.calibration_factor_),
                             reg.predict_std(X[:5]))
 
 
+@pytest.mark.parametrize("vc", ["validation", "student_t"])
 @pytest.mark.parametrize("kw, match", [
     (dict(refit=True), "refit"),
     (dict(early_stopping=False), "early_stopping"),
 ])
-def test_settings_without_held_out_rows_are_refused(kw, match):
+def test_settings_without_held_out_rows_are_refused(kw, match, vc):
     X, y = _heteroscedastic(60)
     with pytest.raises(ValueError, match=f"variance_calibration.*{match}"):
-        RichBLLRegressor(variance_calibration="validation", **{**SMALL, **kw}).fit(X, y)
+        RichBLLRegressor(variance_calibration=vc, **{**SMALL, **kw}).fit(X, y)
 
 
 def test_a_post_hoc_head_is_refused():
@@ -131,3 +133,116 @@ def test_invalid_value_is_refused():
     X, y = _heteroscedastic(60)
     with pytest.raises(ValueError, match="variance_calibration"):
         RichBLLRegressor(variance_calibration="loo", **SMALL).fit(X, y)
+
+
+# ---------------------------------------------------------------- variance_calibration="student_t"
+@pytest.mark.parametrize("df", [2.0, 5.0, 20.0])
+def test_fit_df_recovers_the_degrees_of_freedom(df):
+    z = stats.t.rvs(df, size=20000, random_state=np.random.default_rng(int(df)))
+    est = _fit_df(z)
+    assert abs(np.log(est / df)) < 0.2
+    # it is the grid's maximum likelihood at unit scale
+    grid = np.geomspace(1.0, 1000.0, 121)
+    ll = stats.t.logpdf(z[:, None], grid[None, :]).sum(0)
+    assert est == grid[np.argmax(ll)]
+
+
+def test_fit_df_gives_the_gaussian_for_gaussian_residuals():
+    z = np.random.default_rng(0).standard_normal(20000)
+    assert _fit_df(z) >= 100  # inf (the Gaussian) or a t indistinguishable from it
+    assert _fit_df(np.zeros(50)) == np.inf  # no tails at all
+    assert _fit_df(np.array([np.nan, np.inf])) == np.inf
+
+
+def test_student_t_factor_reads_the_same_residual_against_the_t_quantile(validation_rows):
+    X, y = _heteroscedastic()
+    kw = dict(SMALL, noise_variance=0.01)  # over-confident: both factors are above 1
+    tcal = RichBLLRegressor(variance_calibration="student_t", **kw).fit(X, y)
+    plain = RichBLLRegressor(variance_calibration=None, **kw).fit(X, y)  # the same network and posterior
+    va = validation_rows[0]
+    mu_v, sd_v = plain.predict(X[va], return_std=True)
+    z = (y[va] - mu_v) / sd_v
+    df = tcal.predictive_df_
+    assert df == _fit_df(z) and np.isfinite(df)
+    assert plain.predictive_df_ == np.inf
+    q = stats.t.ppf(0.975, df)
+    assert tcal.calibration_factor_ == pytest.approx(loo_variance_factor(z, q, 0.95), rel=1e-9)
+    # the t's 95 % interval holds at least 95 % of the held-out residuals
+    assert np.mean(np.abs(z) <= q * np.sqrt(tcal.calibration_factor_) * (1 + 1e-12)) >= 0.95
+
+
+def _heavy(n=200, seed=0):
+    """t(1.5) noise: held-out residuals with tails well beyond a Gaussian's."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(-1, 1, n))
+    return x[:, None], np.sin(3 * x) + 0.1 * rng.standard_t(1.5, size=n)
+
+
+def test_student_t_predictive_outputs_agree():
+    X, y = _heavy()
+    Xq = np.linspace(-1.5, 1.5, 7)[:, None]
+    reg = RichBLLRegressor(variance_calibration="student_t", **SMALL).fit(X, y)
+    plain = RichBLLRegressor(variance_calibration=None, **SMALL).fit(X, y)
+    df, k = reg.predictive_df_, reg.calibration_factor_
+    assert 2.0 < df < 30.0  # heavy-tailed noise: a finite df, with a variance
+    dist = reg.predict_dist(Xq)
+    assert isinstance(dist.dist, type(stats.t))
+    np.testing.assert_allclose(dist.kwds["df"], df)
+    m1, s1 = reg.predict(Xq, return_std=True)
+    m0, s0 = plain.predict(Xq, return_std=True)
+    np.testing.assert_allclose(m1, m0, rtol=1e-12)
+    np.testing.assert_allclose(dist.mean(), m1, rtol=1e-12)
+    # the scale is the Gaussian's std times sqrt(k); std and cov are the t's variance
+    np.testing.assert_allclose(dist.kwds["scale"], np.sqrt(k) * s0, rtol=1e-10)
+    np.testing.assert_allclose(s1, dist.std(), rtol=1e-10)
+    np.testing.assert_allclose(s1, np.sqrt(k * df / (df - 2)) * s0, rtol=1e-10)
+    np.testing.assert_allclose(np.diag(reg.predict(Xq, return_cov=True)[1]), s1**2,
+                               rtol=1e-10)
+    # joint draws: each draw's variance is scaled by s ~ InvGamma(df/2, df/2), so the
+    # standardised draws follow the t (a Kolmogorov-Smirnov check on 4,000 draws)
+    draws = reg.sample_y(Xq[:1], n_samples=4000, random_state=0)[0]
+    u = (draws - m1[0]) / dist.kwds["scale"][0]
+    assert stats.kstest(u, stats.t(df).cdf).pvalue > 1e-3
+    assert stats.kstest(u, stats.norm(scale=u.std()).cdf).pvalue < 1e-3 or df > 30
+
+
+def test_student_t_gaussian_residuals_keep_a_gaussian(monkeypatch):
+    # no tails beyond the Gaussian's: the predictive stays a normal
+    monkeypatch.setattr("skbnngp._rich_bll._fit_df", lambda z: np.inf)
+    X, y = _heteroscedastic()
+    reg = RichBLLRegressor(variance_calibration="student_t", **SMALL).fit(X, y)
+    cal = RichBLLRegressor(variance_calibration="validation", **SMALL).fit(X, y)
+    assert reg.predictive_df_ == np.inf
+    assert reg.calibration_factor_ == cal.calibration_factor_
+    assert isinstance(reg.predict_dist(X[:3]).dist, type(stats.norm))
+
+
+def test_student_t_pickles_and_an_old_model_is_gaussian():
+    X, y = _heteroscedastic()
+    reg = RichBLLRegressor(variance_calibration="student_t", **SMALL).fit(X, y)
+    back = pickle.loads(pickle.dumps(reg))
+    assert back.predictive_df_ == reg.predictive_df_
+    assert_same_predictions(back.predict_dist(X[:5]).logpdf(y[:5]),
+                            reg.predict_dist(X[:5]).logpdf(y[:5]))
+    del reg.predictive_df_  # a model pickled before the attribute existed
+    old = pickle.loads(pickle.dumps(reg))
+    assert isinstance(old.predict_dist(X[:3]).dist, type(stats.norm))
+
+
+def test_auto_is_the_student_t_calibration_where_rows_are_held_out():
+    X, y = _heavy()
+    auto = RichBLLRegressor(**SMALL).fit(X, y)
+    t = RichBLLRegressor(variance_calibration="student_t", **SMALL).fit(X, y)
+    assert auto.variance_calibration_ == "student_t"
+    assert auto.predictive_df_ == t.predictive_df_
+    assert auto.calibration_factor_ == t.calibration_factor_
+    np.testing.assert_array_equal(auto.predict_std(X[:5]), t.predict_std(X[:5]))
+
+
+@pytest.mark.parametrize("kw", [dict(refit=True), dict(early_stopping=False)])
+def test_auto_without_held_out_rows_is_the_gaussian(kw):
+    X, y = _heavy(80)
+    reg = RichBLLRegressor(**{**SMALL, **kw}).fit(X, y)  # no error, no calibration
+    assert reg.variance_calibration_ is None
+    assert reg.predictive_df_ == np.inf and reg.calibration_factor_ == 1.0
+    assert isinstance(reg.predict_dist(X[:3]).dist, type(stats.norm))
