@@ -18,10 +18,13 @@ Models (``--models``):
   with ``variance_calibration=None`` (the default of 2026-11-25), ``dbk_paper``
   ``DBKRegressor(training_objective="bound")`` (the paper's bound, the default before
   2026-11-25), ``dbk_ev0`` ``DBKRegressor(trace_weight=0)`` (the exact evidence alone),
-  ``richbll`` ``RichBLLRegressor``, ``richbll_cal`` the same with
-  ``variance_calibration="validation"`` (split-conformal on the held-out rows; cv, extrap
-  and concrete20 only), ``bll`` ``RichBLLRegressor(uncertainty="bll")`` (the plain
-  Bayesian last layer on the same network);
+  ``richbll`` ``RichBLLRegressor`` (default ``variance_calibration="auto"``: the Student-t
+  calibration on the held-out rows, since 2026-11-26), ``richbll_nocal`` the same with
+  ``variance_calibration=None`` (the paper's Gaussian predictive, the default before),
+  ``richbll_cal`` with ``variance_calibration="validation"`` (split-conformal widening of
+  the Gaussian; cv, extrap and concrete20 only), ``bll``
+  ``RichBLLRegressor(uncertainty="bll")`` (the plain Bayesian last layer on the same
+  network, with the same default calibration) and ``bll_nocal`` (its Gaussian predictive);
 * ``gpr`` scikit-learn's ``GaussianProcessRegressor`` (amplitude x ARD RBF + WhiteKernel,
   ``normalize_y=True``);
 * ``svgp`` GPyTorch's SVGP (500 inducing points, 2,000 steps, ARD RBF, Adam on the ELBO in mini-batches of
