@@ -51,7 +51,11 @@ CANDIDATES = {
     "MixedActivationGPRegressor": [("priors='default'", {"priors": "default"}),
                                    ("priors=None", {"priors": None})],
     "DBKRegressor": [("defaults", {})],
-    "RichBLLRegressor": [("normalize_y=False", {"normalize_y": False}),
+    "RichBLLRegressor": [("normalize_y=False, variance_calibration=None",
+                          {"normalize_y": False, "variance_calibration": None}),
+                         ("normalize_y=True, variance_calibration=None",
+                          {"normalize_y": True, "variance_calibration": None}),
+                         ("normalize_y=False", {"normalize_y": False}),
                          ("normalize_y=True", {"normalize_y": True})],
     "GaussianProcessRegressor": [("ARD RBF + White", {})],
 }
@@ -185,7 +189,8 @@ def markdown(result):
             "| estimator | configuration | " + " | ".join(ds) + " | mean | mean rank | fit s |",
             "|---|---|" + "---:|" * (len(ds) + 3)]
     for r in result["rows"]:
-        mark = " **(default)**" if result["chosen"].get(r["estimator"]) == r["config"] else ""
+        mark = (" **(the rule's choice)**" if result["chosen"].get(r["estimator"]) == r["config"]
+                else "")
         cells = [f"{r['nlpd'].get(d, float('nan')):.3f}" for d in ds]
         out.append(f"| `{r['estimator']}` | `{r['config']}`{mark} | " + " | ".join(cells)
                    + f" | {r['mean_nlpd']:.3f} | {r['mean_rank']:.1f} | "
