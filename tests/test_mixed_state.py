@@ -7,6 +7,8 @@ import pytest
 
 from skbnngp import MixedActivationGPRegressor
 
+from ._factor_checks import check_factor_read_on_demand
+
 
 @pytest.fixture(scope="module")
 def fitted():
@@ -51,29 +53,12 @@ def test_exact_cholesky_factor_is_read_on_demand_and_not_pickled():
     y = np.sin(4 * X[:, 0]) + 0.1 * rng.standard_normal(150)
     est = MixedActivationGPRegressor(approx="exact", max_iter=5, device="cpu",
                                      random_state=0).fit(X, y)
-    assert "L_" not in vars(est)
-    L = est.L_
-    assert L.shape == (150, 150) and np.allclose(L, np.tril(L))
-    with pytest.raises(ValueError, match="read-only"):  # it shares memory with the cache
-        L[0, 0] = 0.0
-    np.testing.assert_allclose(L @ (L.T @ est.dual_coef_), est.y_train_, rtol=1e-8, atol=1e-8)
-    blob = pickle.dumps(est)
-    assert len(blob) < 150 * 150 * 8
-    back = pickle.loads(blob)
-    np.testing.assert_allclose(back.L_, L, rtol=1e-10, atol=1e-12)
+    check_factor_read_on_demand(est, legacy_drop=("_L_small",))
+    back = pickle.loads(pickle.dumps(est))
     m0, s0 = est.predict(X, return_std=True)
     m1, s1 = back.predict(X, return_std=True)
     np.testing.assert_allclose(m1, m0, rtol=0, atol=1e-10)
     np.testing.assert_allclose(s1, s0, rtol=0, atol=1e-10)
-    # a pickle from before L_ was a property holds it: the stale copy is dropped
-    old = {**est.__getstate__(), "L_": np.zeros((150, 150))}
-    del old["_L_small"]
-    legacy = MixedActivationGPRegressor.__new__(MixedActivationGPRegressor)
-    legacy.__setstate__(old)
-    assert "L_" not in vars(legacy)
-    np.testing.assert_allclose(legacy.L_, L, rtol=1e-10, atol=1e-12)
-    with pytest.raises(AttributeError):
-        _ = MixedActivationGPRegressor().L_
 
 
 def test_nystrom_anchor_factor_is_saved(fitted):
