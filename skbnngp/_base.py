@@ -241,6 +241,16 @@ class TorchEstimatorMixin:
             cache = self._cache = self._build_cache()
         return cache
 
+    @staticmethod
+    def _host_copy(cache, key, tensor):
+        """Read-only NumPy copy of a device tensor of ``cache``, made on first use and kept
+        under ``key`` (a rebuilt cache makes a new one). Read-only because on the CPU it
+        shares memory with the tensor the predictive uses."""
+        if key not in cache:
+            cache[key] = to_numpy(tensor)
+            cache[key].setflags(write=False)
+        return cache[key]
+
     def _build_cache(self):  # pragma: no cover - overridden
         raise NotImplementedError
 

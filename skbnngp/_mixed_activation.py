@@ -611,11 +611,7 @@ default=("tanh", "leaky_relu")
             small.setflags(write=False)
             return small
         cache = self._get_cache()
-        if "L_host" not in cache:
-            L = to_numpy(cache["L"])
-            L.setflags(write=False)
-            cache["L_host"] = L
-        return cache["L_host"]
+        return self._host_copy(cache, "L_host", cache["L"])
 
     def __setstate__(self, state):
         state = dict(state)

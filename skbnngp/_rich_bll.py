@@ -22,6 +22,7 @@ from ._backend._jacobian import GaussianSketch, body_jacobians, head_features, s
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
                     TorchEstimatorMixin, check_hidden_layer_sizes, check_predict_params,
                     clip_variances, input_scaling, transactional, user_network)
+from ._scale_mixture import Mixing
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -779,22 +780,20 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         """
         mean, V = self._latent(X)
         loc = self._check_finite(self._unscale(mean), "mean")
-        scale = self._check_finite(np.sqrt(V) * self._y_train_std[0], "std")
+        var = self._check_finite(V * self._y_train_std[0] ** 2, "variance")
+        return self._mixing().predictive(loc, var)
+
+    def _mixing(self):
+        """The predictive as a scale mixture of the Gaussian (the Student-t process's
+        ``Mixing``): a point mass at 1, or ``InvGamma(df/2, df/2)``, which makes it a
+        Student-t with ``predictive_df_`` degrees of freedom at the Gaussian's scale."""
         df = getattr(self, "predictive_df_", math.inf)  # inf: a model pickled before it
         if math.isinf(df):
-            return stats.norm(loc=loc, scale=scale)
-        return stats.t(df=df, loc=loc, scale=scale)
+            return Mixing("delta", value=1.0)
+        return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0)
 
     def _variance_multiplier(self):
-        # the variance of a unit-scale Student-t (inf where df <= 2: it has none)
-        df = getattr(self, "predictive_df_", math.inf)
-        if math.isinf(df):
-            return 1.0
-        return df / (df - 2.0) if df > 2.0 else math.inf
+        return self._mixing().mean()  # inf where df <= 2: a t without a variance
 
     def _sample_scales(self, n_samples, rng):
-        # a multivariate t: each joint draw's variance scaled by s ~ InvGamma(df/2, df/2)
-        df = getattr(self, "predictive_df_", math.inf)
-        if math.isinf(df):
-            return np.ones(n_samples)
-        return (df / 2.0) / rng.gamma(df / 2.0, 1.0, size=n_samples)
+        return self._mixing().sample(n_samples, rng)  # a multivariate t for finite df

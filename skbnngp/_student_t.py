@@ -517,11 +517,7 @@ prior_scale_bounds : pair of floats or "fixed"
         """Lower Cholesky factor of ``K + lambda I`` (NumPy), read from ``device_`` on demand."""
         check_is_fitted(self)
         cache = self._get_cache()
-        if "L_host" not in cache:
-            # read-only: on the CPU it shares memory with the factor that predict uses
-            L = cache["L_host"] = to_numpy(cache["factor"]["L"])
-            L.setflags(write=False)
-        return cache["L_host"]
+        return self._host_copy(cache, "L_host", cache["factor"]["L"])
 
     def _set_alpha(self, alpha):
         """Refactorise with the noise ratio ``alpha``, the other hyperparameters kept."""

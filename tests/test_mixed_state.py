@@ -8,6 +8,7 @@ import pytest
 from skbnngp import MixedActivationGPRegressor
 
 from ._factor_checks import check_factor_read_on_demand
+from ._promise import assert_same_predictions
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +58,8 @@ def test_exact_cholesky_factor_is_read_on_demand_and_not_pickled():
     back = pickle.loads(pickle.dumps(est))
     m0, s0 = est.predict(X, return_std=True)
     m1, s1 = back.predict(X, return_std=True)
-    np.testing.assert_allclose(m1, m0, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(s1, s0, rtol=0, atol=1e-10)
+    assert_same_predictions(m1, m0)  # a round trip: the documented tolerance
+    assert_same_predictions(s1, s0)
 
 
 def test_nystrom_anchor_factor_is_saved(fitted):
@@ -75,4 +76,4 @@ def test_nystrom_anchor_factor_is_saved(fitted):
     legacy = MixedActivationGPRegressor.__new__(MixedActivationGPRegressor)
     legacy.__setstate__(old)
     np.testing.assert_array_equal(legacy.L_, L)
-    np.testing.assert_allclose(legacy.predict(X), est.predict(X), rtol=0, atol=1e-12)
+    assert_same_predictions(legacy.predict(X), est.predict(X))

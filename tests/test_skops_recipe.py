@@ -140,7 +140,7 @@ def _call_node(module, name, args):
 def _tampered(out_dir):
     """A genuine fitted model whose state has one more attribute: a call of
     ``skbnngp.cli.main(["compare", "iris", ..., "-o", out_dir])``."""
-    est, _ = _fit(StudentTProcessRegressor, dict(max_iter=2))
+    est, _ = _fit(StudentTProcessRegressor, {"max_iter": 2})
     files = _schema(sio.dumps(est))
     schema = json.loads(files["schema.json"])
     args = ["compare", "iris", "-e", "gpr", "--folds", "2", "--time-budget", "0", "-q",
