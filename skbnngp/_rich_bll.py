@@ -93,6 +93,69 @@ def _fit_df(z):
     return float(_DF_GRID[j])
 
 
+def _t_loglik(z, df, scale=1.0):
+    """Log-likelihood of ``z`` under the Student-t (``df = inf``: the Gaussian) of the
+    given scale."""
+    u = np.asarray(z, dtype=np.float64) / scale
+    lp = stats.norm.logpdf(u) if math.isinf(df) else stats.t.logpdf(u, df)
+    return float(lp.sum() - u.size * math.log(scale))
+
+
+def _fit_t(z, n_iter=500, rtol=1e-10):
+    """Degrees of freedom (the grid of :func:`_fit_df` and the Gaussian) and scale of the
+    Student-t of largest likelihood for ``z``, both free. For each ``df`` the scale is its
+    maximum-likelihood value, by the EM fixed point ``s^2 = mean(w z^2)`` with weights ``w =
+    (df + 1) / (df + z^2 / s^2)``, the Gaussian's is ``sqrt(mean(z^2))``. Returns ``(df,
+    scale)``; ``(inf, 1.0)`` without nonzero finite residuals."""
+    z = np.asarray(z, dtype=np.float64).ravel()
+    z = z[np.isfinite(z)]
+    z2 = z * z
+    if z.size == 0 or not np.any(z2 > 0):
+        return math.inf, 1.0
+    nu = _DF_GRID[None, :]
+    s2 = np.full((1, _DF_GRID.size), float(np.mean(z2)))
+    for _ in range(n_iter):
+        new = np.mean((nu + 1.0) * z2[:, None] / (nu + z2[:, None] / s2), axis=0,
+                      keepdims=True)
+        done = np.all(np.abs(new - s2) <= rtol * s2)
+        s2 = new
+        if done:
+            break
+    cands = [(float(d), math.sqrt(float(v))) for d, v in zip(_DF_GRID, s2[0])]
+    cands.append((math.inf, math.sqrt(float(np.mean(z2)))))
+    return max(cands, key=lambda c: _t_loglik(z, *c))
+
+
+#: Level of the likelihood-ratio test (one degree of freedom) under which the held-out
+#: residuals' own scale replaces the posterior's in the Student-t calibration.
+_SCALE_TEST_LEVEL = 0.01
+
+
+def _student_t_calibration(z, level=0.95):
+    """``(df, factor)`` of the Student-t calibration for the standardised held-out
+    residuals ``z``.
+
+    The null model is the posterior's own scale (a unit-scale t, degrees of freedom by
+    :func:`_fit_df`); the alternative frees the scale as well (:func:`_fit_t`). When the
+    likelihood-ratio test rejects the null at :data:`_SCALE_TEST_LEVEL`, the alternative's
+    degrees of freedom are kept and the variance factor may fall to its squared scale
+    (residuals far narrower than the posterior's predictive: a Gaussian noise estimate
+    inflated by outliers); otherwise the factor is at least 1. Either way the factor is
+    then the split-conformal one of :func:`loo_variance_factor` at the t's own quantile.
+    """
+    z = np.asarray(z, dtype=np.float64).ravel()
+    z = z[np.isfinite(z)]
+    df0 = _fit_df(z)
+    df, floor = df0, 1.0
+    if z.size:
+        df1, s = _fit_t(z)
+        stat = 2.0 * (_t_loglik(z, df1, s) - _t_loglik(z, df0))
+        if stat > stats.chi2.isf(_SCALE_TEST_LEVEL, 1):
+            df, floor = df1, s * s
+    unit = stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else stats.t.ppf(0.5 + level / 2, df)
+    return df, loo_variance_factor(z, unit, level, floor=floor)
+
+
 class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEstimator):
     """Network regression with a Bayesian last layer enriched by projected NTK features.
 
@@ -505,10 +568,11 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
             PT, noise = self._variance_factor(Phi, cache, 1.0, True)
             z = (Yv.to(F64).reshape(-1) - f.reshape(-1)) / (PT.square().sum(1) + noise).sqrt()
         z = to_numpy(z)
-        self.predictive_df_ = _fit_df(z) if student_t else math.inf
-        unit = (stats.norm.ppf(0.975) if math.isinf(self.predictive_df_)
-                else stats.t.ppf(0.975, self.predictive_df_))
-        self.calibration_factor_ = loo_variance_factor(z, unit, 0.95)
+        if student_t:
+            self.predictive_df_, self.calibration_factor_ = _student_t_calibration(z)
+        else:
+            self.predictive_df_ = math.inf
+            self.calibration_factor_ = loo_variance_factor(z, stats.norm.ppf(0.975), 0.95)
 
     def _refit_network(self, n_features, seed, device, dtype, Xt, Yt, rng, lr_drops=()):
         """The paper's refit: the same initial network trained on every row for

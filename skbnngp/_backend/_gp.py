@@ -415,20 +415,21 @@ def gp_predict(kernel, params, state, Xq, *, full_cov=False, noise=0.0, batch_si
     return torch.cat([m for m, _ in parts]), torch.cat([v for _, v in parts])
 
 
-def loo_variance_factor(z, quantile, level=0.95):
-    """Smallest factor ``k >= 1`` on the predictive variance whose central ``level`` interval
-    holds ``level`` of the leave-one-out residuals.
+def loo_variance_factor(z, quantile, level=0.95, floor=1.0):
+    """Smallest factor ``k >= floor`` on the predictive variance whose central ``level``
+    interval holds ``level`` of the leave-one-out residuals.
 
     ``z`` are the residuals divided by their leave-one-out standard deviations (any shape,
     non-finite entries ignored) and ``quantile`` the ``(1 + level) / 2`` quantile of the
     predictive at unit variance (1.96 for a Gaussian at 95 %). The residual quantile is the
     finite-sample (split-conformal) one, the ``ceil((n + 1) level)``-th smallest ``|z|``;
     below ``1 / (1 - level) - 1`` residuals (19 at 95 %) that rank does not exist and the
-    largest ``|z|`` is used. The factor is never below 1: the intervals are only widened.
+    largest ``|z|`` is used. The factor is never below ``floor``: with the default 1 the
+    intervals are only widened.
     """
     a = np.sort(np.abs(np.asarray(z, dtype=np.float64)).ravel())
     a = a[np.isfinite(a)]
     if a.size == 0 or not np.isfinite(quantile) or quantile <= 0:
-        return 1.0
+        return float(floor)
     k = min(a.size, math.ceil((a.size + 1) * level)) - 1
-    return max(1.0, float(a[k] / quantile) ** 2)
+    return max(float(floor), float(a[k] / quantile) ** 2)
