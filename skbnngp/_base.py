@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import numbers
 import warnings
 from contextlib import contextmanager
@@ -15,8 +16,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._backend import (as_tensor, loo_variance_factor, minimize, resolve_device, resolve_dtype,
-                       stable_cholesky, to_numpy)
+                       stable_cholesky, student_t_calibration, to_numpy)
 from ._backend._train import mlp_from_state, mlp_to_state
+from ._scale_mixture import Mixing
 from .exceptions import DeviceWarning, NumericalWarning
 from .utils._sklearn_compat import Interval, StrOptions, validate_parameter_constraints
 
@@ -370,21 +372,48 @@ class GPRegressorMixin(PredictDistMixin):
         """Set ``calibration_factor_`` from the leave-one-out residuals of the fitted ``state``.
 
         ``unit_quantile`` is the ``(1 + level) / 2`` quantile of the predictive at unit
-        variance. 1 unless ``variance_calibration="loo"``; see :func:`loo_variance_factor`.
+        variance. 1 unless ``variance_calibration`` is ``"loo"`` (see
+        :func:`loo_variance_factor`) or ``"student_t"`` (a Gaussian predictive only: also
+        sets ``predictive_df_``; see :func:`student_t_calibration`).
         """
         self.calibration_factor_ = 1.0
-        if self.variance_calibration != "loo":
+        if self.variance_calibration not in ("loo", "student_t"):
             return
         r, v = engine.loo(state, params)
         z = to_numpy(r) / np.sqrt(np.maximum(to_numpy(v), 1e-300))[:, None]
-        self.calibration_factor_ = loo_variance_factor(z, unit_quantile, self._calibration_level)
+        if self.variance_calibration == "student_t":  # a Gaussian predictive made a t
+            self.predictive_df_, self.calibration_factor_ = student_t_calibration(
+                z, self._calibration_level)
+        else:
+            self.calibration_factor_ = loo_variance_factor(z, unit_quantile,
+                                                           self._calibration_level)
+
+    def _mixing(self):
+        """The predictive's amplitude as a scale mixture of the Gaussian: a point mass at 1,
+        or, after a Student-t calibration, ``InvGamma(df/2, df/2)`` with ``df =
+        predictive_df_`` (a Student-t at the Gaussian's scale). The Student-t process
+        overrides it with its posterior."""
+        df = getattr(self, "predictive_df_", math.inf)  # inf: Gaussian, or an older pickle
+        if math.isinf(df):
+            return Mixing("delta", value=1.0)
+        return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0)
 
     def _variance_multiplier(self):
-        return 1.0
+        return self._mixing().mean()  # inf where df <= 2: a t without a variance
 
     def _sample_scales(self, n_samples, rng):
         """Amplitude of each joint draw (1 for a Gaussian process; a scale mixture draws s)."""
-        return np.ones(n_samples)
+        return self._mixing().sample(n_samples, rng)
+
+    def _predictive_dist(self, X):
+        """Frozen ``scipy.stats`` predictive of y at ``X``: ``norm``, or ``t`` under a
+        Student-t mixing, at the scale of the unit-amplitude variance."""
+        mean, V = self._latent(X)
+        loc = self._check_finite(self._unscale(mean), "mean")
+        # sqrt before scaling: no overflow for targets near the float limit
+        std = np.sqrt(np.asarray(V, dtype=np.float64))[:, None] * self._y_train_std[None, :]
+        std = self._check_finite(std[:, 0] if self._y_1d else std, "std")
+        return self._mixing().predictive(loc, std=std)
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw joint samples from the predictive at ``X`` (noise included by default).

@@ -182,16 +182,23 @@ default=("tanh", "leaky_relu")
         Add ``noise_variance_`` to the predictive variance, so that ``predict``'s std/cov,
         ``predict_dist`` and ``sample_y`` describe the noisy target y (eq (24)); ``False``
         gives the latent f.
-    variance_calibration : {"loo"} or None, default="loo"
+    variance_calibration : {"student_t", "loo"} or None, default="student_t"
         ``"loo"``: after the fit, the predictive variance is multiplied by the smallest
         factor ``calibration_factor_ >= 1`` under which the central 95 % Gaussian interval
         holds 95 % of the closed-form leave-one-out residuals of the training rows (their
         finite-sample, split-conformal quantile; under ``approx="nystrom"`` those of
         ``Q + noise I``, O(n m^2)). The same GP with its amplitude and noise scaled by the
         factor: the mean and ``log_marginal_likelihood`` are unchanged. It only widens.
-        ``None`` (and ``preset="paper"``): the fitted GP's predictive. Chosen by
-        ``benchmarks/bench_uncertainty.py`` (User Guide of the Student-t process,
-        "Leave-one-out variance calibration").
+        ``"student_t"``: the same leave-one-out residuals also set the predictive's shape,
+        as Rich-BLL's Student-t calibration does with its held-out rows: ``predictive_df_``
+        degrees of freedom by maximum likelihood (``inf``, the Gaussian, when the tails ask
+        for nothing heavier), the GP's own scale unless a likelihood-ratio test at 1 %
+        rejects it for the residuals' own, then the split-conformal factor at the t's
+        quantile (below 1 only after that test). ``predict_dist`` is then a
+        ``scipy.stats.t``, the std that t's (``inf`` for ``predictive_df_ <= 2``) and
+        ``sample_y`` draws a multivariate t. ``None`` (and ``preset="paper"``): the fitted
+        GP's predictive. The default since 2026-11-26, chosen by
+        ``benchmarks/bench_uncertainty.py`` (User Guide, "The Student-t calibration").
     batch_size : int or None, default=None
         Rows per block in training passes and prediction; ``None``: about 2^19 kernel entries.
     device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device, default="auto"
@@ -229,7 +236,11 @@ default=("tanh", "leaky_relu")
     log_marginal_likelihood_value_ : float
         At ``theta_`` (under the Nystrom approximation when ``approx="nystrom"``).
     calibration_factor_ : float
-        Factor (>= 1) on the predictive variance set by ``variance_calibration``.
+        Factor on the predictive variance set by ``variance_calibration`` (>= 1 except
+        where the Student-t calibration's scale test narrowed the predictive).
+    predictive_df_ : float
+        Degrees of freedom of the Student-t predictive (``variance_calibration=
+        "student_t"``); ``inf``: Gaussian.
     map_objective_value_ : float
         ``-log_marginal_likelihood_value_`` plus the prior terms of (20).
     n_iter_ : int
@@ -295,7 +306,7 @@ default=("tanh", "leaky_relu")
         "input_scaling": [StrOptions({"minmax_center", "standard"}), None],
         "normalize_y": ["boolean"],
         "include_noise": ["boolean"],
-        "variance_calibration": [StrOptions({"loo"}), None],
+        "variance_calibration": [StrOptions({"student_t", "loo"}), None],
         "batch_size": BATCH_SIZE_CONSTRAINT,
         "device": DEVICE_CONSTRAINT,
         "dtype": DTYPE_CONSTRAINT,
@@ -313,8 +324,8 @@ default=("tanh", "leaky_relu")
                  priors=None, optimizer="lbfgs", preset=None, max_iter=100, tol=1e-6,
                  learning_rate=0.05, subset_size=2000, refine_iter=0, jitter=1e-6,
                  input_scaling="minmax_center", normalize_y=True, include_noise=True,
-                 variance_calibration="loo", batch_size=None, device="auto", dtype="float64",
-                 random_state=None, verbose=0):
+                 variance_calibration="student_t", batch_size=None, device="auto",
+                 dtype="float64", random_state=None, verbose=0):
         self.n_anchors = n_anchors
         self.anchors = anchors
         self.approx = approx
@@ -514,7 +525,7 @@ default=("tanh", "leaky_relu")
             raw = self._optimise(engine, raw, bounds, priors, rng)
         st = engine.state(raw, warn=True, context=f"{type(self).__name__}: training kernel")
         self._set_fitted(raw, st, priors)
-        self.calibration_factor_ = 1.0
+        self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         if self.preset is None:
             self._calibrate_variance(engine, st, layout.unpack(raw),
                                      float(stats.norm.ppf(0.5 + self._calibration_level / 2)))
@@ -657,7 +668,7 @@ n_targets), optional
         return self._predict_moments(X, return_std, return_cov)
 
     def predict_dist(self, X):
-        """Frozen Gaussian predictive distribution of y at ``X``.
+        """Frozen predictive distribution of y at ``X``.
 
         It includes the noise variance (the distribution of a new noisy target) unless
         ``include_noise=False``.
@@ -668,11 +679,11 @@ n_targets), optional
 
         Returns
         -------
-        dist : scipy.stats frozen ``norm`` with arrays of shape (n_samples,) or
-            (n_samples, n_targets)
+        dist : scipy.stats frozen ``norm``, or ``t`` with ``predictive_df_`` degrees of
+            freedom (``variance_calibration="student_t"``), with arrays of shape
+            (n_samples,) or (n_samples, n_targets)
         """
-        mean, std = self.predict(X, return_std=True)
-        return stats.norm(loc=mean, scale=std)
+        return self._predictive_dist(X)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """Log marginal likelihood of the normalised training targets (no prior terms).

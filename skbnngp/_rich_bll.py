@@ -10,19 +10,18 @@ import warnings
 
 import numpy as np
 import torch
-from scipy import special, stats
+from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._backend import (ACTIVATIONS, BLREvidence, NetworkTrainer, as_tensor, auto_batch_size,
                        blr_fit_scales, blr_posterior, build_mlp, loo_variance_factor,
-                       stable_cholesky, to_float, to_numpy)
+                       stable_cholesky, student_t_calibration, to_float, to_numpy)
 from ._backend._jacobian import GaussianSketch, body_jacobians, head_features, split_parameters
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
                     TorchEstimatorMixin, check_hidden_layer_sizes, check_predict_params,
                     clip_variances, input_scaling, transactional, user_network)
-from ._scale_mixture import Mixing
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -71,101 +70,6 @@ def posterior_factor(G_S, AtA, noise, n_scale=1.0, prior_variance=1.0, context="
     post = blr_posterior(GL, torch.zeros(r, 1, dtype=G_S.dtype, device=G_S.device), noise,
                          context=f"{context}: posterior precision")
     return math.sqrt(prior_variance) * (L @ post.factor)
-
-
-#: Degrees of freedom scored by :func:`_fit_df`; the largest stands for the Gaussian.
-_DF_GRID = np.geomspace(1.0, 1000.0, 121)
-
-
-def _fit_df(z):
-    """Degrees of freedom of the unit-scale Student-t of largest likelihood for the
-    standardised residuals ``z`` (on a log grid from 1 to 1000); ``inf`` (the Gaussian) when
-    the largest grid value wins, or without finite residuals."""
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
-    if z.size == 0:
-        return math.inf
-    ll = stats.t.logpdf(z[:, None], _DF_GRID[None, :]).sum(axis=0)
-    gauss = stats.norm.logpdf(z).sum()
-    j = int(np.argmax(ll))
-    if j == _DF_GRID.size - 1 or gauss >= ll[j]:
-        return math.inf
-    return float(_DF_GRID[j])
-
-
-def _t_loglik(z, df, scale=1.0):
-    """Log-likelihood of ``z`` under the Student-t (``df = inf``: the Gaussian) of the
-    given scale."""
-    u = np.asarray(z, dtype=np.float64) / scale
-    lp = stats.norm.logpdf(u) if math.isinf(df) else stats.t.logpdf(u, df)
-    return float(lp.sum() - u.size * math.log(scale))
-
-
-def _fit_t(z, n_iter=100, tol=1e-10):
-    """Degrees of freedom (the grid of :func:`_fit_df` and the Gaussian) and scale of the
-    Student-t of largest likelihood for ``z``, both free. Returns ``(df, scale)``;
-    ``(inf, 1.0)`` without nonzero finite residuals.
-
-    For each ``df`` the maximum-likelihood scale solves ``mean(w u) = 1`` with ``u = z^2 /
-    s^2`` and ``w = (df + 1) / (df + u)`` (the EM fixed point), a decreasing function of
-    ``log s^2``; Newton's method on ``log s^2`` (steps capped at 2), from the squared
-    residuals' median, solves it for the whole grid at once. The Gaussian's scale is
-    ``sqrt(mean(z^2))``."""
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
-    z2 = z * z
-    if z.size == 0 or not np.any(z2 > 0):
-        return math.inf, 1.0
-    nu = _DF_GRID[None, :]
-    med = float(np.median(z2))
-    phi = np.full((1, _DF_GRID.size), math.log(med / 0.455 if med > 0 else np.mean(z2)))
-    for _ in range(n_iter):
-        u = z2[:, None] * np.exp(-phi)
-        f = np.mean((nu + 1.0) * u / (nu + u), axis=0, keepdims=True) - 1.0
-        df_dphi = -np.mean((nu + 1.0) * nu * u / (nu + u) ** 2, axis=0, keepdims=True)
-        step = np.clip(-f / np.minimum(df_dphi, -1e-300), -2.0, 2.0)
-        phi = phi + step
-        if np.all(np.abs(step) <= tol):
-            break
-    u = z2[:, None] * np.exp(-phi)  # the log-likelihood of every grid t at its scale
-    ll = z.size * (special.gammaln((_DF_GRID + 1) / 2) - special.gammaln(_DF_GRID / 2)
-                   - 0.5 * np.log(np.pi * _DF_GRID) - 0.5 * phi[0])
-    ll = ll - 0.5 * (_DF_GRID + 1) * np.log1p(u / nu).sum(axis=0)
-    j = int(np.argmax(ll))
-    s_gauss = math.sqrt(float(np.mean(z2)))
-    if _t_loglik(z, math.inf, s_gauss) >= ll[j]:
-        return math.inf, s_gauss
-    return float(_DF_GRID[j]), math.exp(0.5 * float(phi[0, j]))
-
-
-#: Level of the likelihood-ratio test (one degree of freedom) under which the held-out
-#: residuals' own scale replaces the posterior's in the Student-t calibration.
-_SCALE_TEST_LEVEL = 0.01
-
-
-def _student_t_calibration(z, level=0.95):
-    """``(df, factor)`` of the Student-t calibration for the standardised held-out
-    residuals ``z``.
-
-    The null model is the posterior's own scale (a unit-scale t, degrees of freedom by
-    :func:`_fit_df`); the alternative frees the scale as well (:func:`_fit_t`). When the
-    likelihood-ratio test rejects the null at :data:`_SCALE_TEST_LEVEL`, the alternative's
-    degrees of freedom are kept and the variance factor may fall to its squared scale
-    (residuals far narrower than the posterior's predictive: a Gaussian noise estimate
-    inflated by outliers); otherwise the factor is at least 1. Either way the factor is
-    then the split-conformal one of :func:`loo_variance_factor` at the t's own quantile.
-    """
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
-    df0 = _fit_df(z)
-    df, floor = df0, 1.0
-    if z.size:
-        df1, s = _fit_t(z)
-        stat = 2.0 * (_t_loglik(z, df1, s) - _t_loglik(z, df0))
-        if stat > stats.chi2.isf(_SCALE_TEST_LEVEL, 1):
-            df, floor = df1, s * s
-    unit = stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else stats.t.ppf(0.5 + level / 2, df)
-    return df, loo_variance_factor(z, unit, level, floor=floor)
 
 
 class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEstimator):
@@ -578,7 +482,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         """``calibration_factor_`` (and, with ``student_t``, ``predictive_df_``) from the
         standardised residuals of held-out rows: the split-conformal quantile of
         :func:`loo_variance_factor` read against the Gaussian or, with ``student_t``, the
-        t of :func:`_student_t_calibration`."""
+        t of :func:`~skbnngp._backend.student_t_calibration`."""
         cache = self._cache
         with torch.no_grad():
             f, Phi = self._features(Xv, cache)
@@ -586,7 +490,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
             z = (Yv.to(F64).reshape(-1) - f.reshape(-1)) / (PT.square().sum(1) + noise).sqrt()
         z = to_numpy(z)
         if student_t:
-            self.predictive_df_, self.calibration_factor_ = _student_t_calibration(z)
+            self.predictive_df_, self.calibration_factor_ = student_t_calibration(z)
         else:
             self.predictive_df_ = math.inf
             self.calibration_factor_ = loo_variance_factor(z, stats.norm.ppf(0.975), 0.95)
@@ -859,22 +763,4 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         dist : scipy.stats frozen ``norm``, or ``t`` with ``predictive_df_`` degrees of
             freedom (``variance_calibration="student_t"``), with arrays of shape (n_samples,)
         """
-        mean, V = self._latent(X)
-        loc = self._check_finite(self._unscale(mean), "mean")
-        var = self._check_finite(V * self._y_train_std[0] ** 2, "variance")
-        return self._mixing().predictive(loc, var)
-
-    def _mixing(self):
-        """The predictive as a scale mixture of the Gaussian (the Student-t process's
-        ``Mixing``): a point mass at 1, or ``InvGamma(df/2, df/2)``, which makes it a
-        Student-t with ``predictive_df_`` degrees of freedom at the Gaussian's scale."""
-        df = getattr(self, "predictive_df_", math.inf)  # inf: a model pickled before it
-        if math.isinf(df):
-            return Mixing("delta", value=1.0)
-        return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0)
-
-    def _variance_multiplier(self):
-        return self._mixing().mean()  # inf where df <= 2: a t without a variance
-
-    def _sample_scales(self, n_samples, rng):
-        return self._mixing().sample(n_samples, rng)  # a multivariate t for finite df
+        return self._predictive_dist(X)

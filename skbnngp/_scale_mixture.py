@@ -52,14 +52,15 @@ class Mixing:
             return self.params["value"]
         return float(np.dot(self.params["weights"], self.params["scales"]))
 
-    def predictive(self, loc, var):
+    def predictive(self, loc, var=None, *, std=None):
         """Frozen distribution of ``loc + sqrt(s * var) * z`` with ``s`` from this mixing.
 
-        ``var`` is the unit-amplitude predictive variance (same shape as ``loc``).
+        ``var`` is the unit-amplitude predictive variance (same shape as ``loc``); or give
+        its square root ``std`` (no overflow for scales near the float limit).
         """
         from .distributions import ScaleMixtureNormal  # avoid an import cycle at module load
 
-        base = np.sqrt(np.maximum(var, 0.0))
+        base = np.sqrt(np.maximum(var, 0.0)) if std is None else np.asarray(std)
         if self.kind == "invgamma":
             a, b = self.params["shape"], self.params["scale"]
             return stats.t(df=2.0 * a, loc=loc, scale=np.sqrt(b / a) * base)

@@ -668,13 +668,6 @@ prior_scale_bounds : pair of floats or "fixed"
             V = torch.cat([v for _, v in parts]) if parts else Xq.new_zeros(0)
         return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
 
-    def _variance_multiplier(self):
-        return self._mixing().mean()
-
-    def _sample_scales(self, n_samples, rng):
-        # each joint draw has its own amplitude s from the posterior (or prior) mixing
-        return self._mixing().sample(n_samples, rng)
-
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally its standard deviation or covariance.
 
@@ -704,10 +697,7 @@ optional
             :class:`~skbnngp.distributions.ScaleMixtureNormal` (sampled priors), with arrays of
             shape (n_samples,) or (n_samples, n_targets).
         """
-        mean, V = self._latent(X)
-        loc = self._unscale(mean)
-        var = V[:, None] * self._y_train_std**2
-        return self._mixing().predictive(loc, var[:, 0] if self._y_1d else var)
+        return self._predictive_dist(X)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """Log marginal likelihood of the (normalised) training targets.

@@ -84,6 +84,9 @@ def test_targets_near_the_float_limit_give_finite_predictions(name, Est, scale, 
     ref = Est(**params).fit(X, y)
     big = Est(**params).fit(X, (y * scale).astype(dtype))
     mean, std = big.predict(X, return_std=True)
+    if getattr(big, "predictive_df_", np.inf) <= 2:  # a Student-t without a variance:
+        std = big.predict_dist(X).kwds["scale"]      # its scale must still be finite
+        assert np.all(np.isinf(big.predict_std(X)))
     assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std > 0)
     if name == "StudentTProcessRegressor":  # deterministic: exactly equivariant
         np.testing.assert_allclose(mean / scale, ref.predict(X), rtol=1e-5, atol=1e-6)

@@ -10,9 +10,9 @@ from scipy import stats
 from scipy.optimize import minimize_scalar
 
 from skbnngp import RichBLLRegressor
-from skbnngp._backend import loo_variance_factor
+from skbnngp._backend import fit_t, loo_variance_factor, student_t_calibration, t_loglik
+from skbnngp._backend import fit_t_df as _fit_df
 from skbnngp._rich_bll import RichBLLRegressor as _Impl
-from skbnngp._rich_bll import _fit_df, _fit_t, _student_t_calibration, _t_loglik
 
 from ._promise import assert_same_predictions
 
@@ -164,7 +164,7 @@ def test_student_t_factor_reads_the_same_residual_against_the_t_quantile(validat
     mu_v, sd_v = plain.predict(X[va], return_std=True)
     z = (y[va] - mu_v) / sd_v
     df, k = tcal.predictive_df_, tcal.calibration_factor_
-    assert (df, k) == pytest.approx(_student_t_calibration(z), rel=1e-9)
+    assert (df, k) == pytest.approx(student_t_calibration(z), rel=1e-9)
     assert np.isfinite(df) and k > 1.0
     assert plain.predictive_df_ == np.inf
     q = stats.t.ppf(0.975, df)
@@ -177,37 +177,37 @@ def test_student_t_factor_reads_the_same_residual_against_the_t_quantile(validat
 @pytest.mark.parametrize(("df", "scale"), [(1.0, 0.05), (3.0, 0.3), (10.0, 2.0)])
 def test_fit_t_recovers_degrees_of_freedom_and_scale(df, scale):
     z = scale * stats.t.rvs(df, size=20000, random_state=np.random.default_rng(int(df)))
-    est_df, est_s = _fit_t(z)
+    est_df, est_s = fit_t(z)
     assert abs(np.log(est_df / df)) < 0.2
     assert est_s == pytest.approx(scale, rel=0.05)
     # the scale is the likelihood's maximum for that df, and no grid df does better
-    ll = _t_loglik(z, est_df, est_s)
-    assert ll >= _t_loglik(z, est_df, est_s * 1.001) and ll >= _t_loglik(z, est_df, est_s / 1.001)
+    ll = t_loglik(z, est_df, est_s)
+    assert ll >= t_loglik(z, est_df, est_s * 1.001) and ll >= t_loglik(z, est_df, est_s / 1.001)
     # no other df does better at its own best scale (found here by a bounded search)
     for d in (1.0, 2.0, 3.0, 10.0, 100.0, np.inf):
-        best = minimize_scalar(lambda ls, d=d: -_t_loglik(z, d, np.exp(ls)),
+        best = minimize_scalar(lambda ls, d=d: -t_loglik(z, d, np.exp(ls)),
                                bounds=(-6.0, 3.0), method="bounded", options={"xatol": 1e-8})
         assert ll >= -best.fun - 1e-6
 
 
 def test_fit_t_gaussian_and_degenerate_residuals():
     z = 0.4 * np.random.default_rng(1).standard_normal(20000)
-    df, s = _fit_t(z)
+    df, s = fit_t(z)
     assert df >= 100 and s == pytest.approx(0.4, rel=0.03)
-    assert _fit_t(np.zeros(10)) == (np.inf, 1.0)
-    assert _fit_t(np.array([np.nan])) == (np.inf, 1.0)
+    assert fit_t(np.zeros(10)) == (np.inf, 1.0)
+    assert fit_t(np.array([np.nan])) == (np.inf, 1.0)
 
 
 def test_calibration_keeps_the_posterior_scale_unless_the_residuals_reject_it():
     rng = np.random.default_rng(2)
     # residuals at the posterior's own scale: the null holds, the factor stays >= 1
     z = stats.t.rvs(5, size=300, random_state=rng)
-    df, k = _student_t_calibration(z)
+    df, k = student_t_calibration(z)
     assert df == _fit_df(z) and k >= 1.0
     # a Gaussian noise estimate inflated by outliers: Cauchy residuals at scale 0.05
     z = 0.05 * stats.cauchy.rvs(size=300, random_state=rng)
-    df, k = _student_t_calibration(z)
-    df1, s = _fit_t(z)
+    df, k = student_t_calibration(z)
+    df1, s = fit_t(z)
     assert df == df1 and df < 3 and k < 0.1
     assert k >= s * s * (1 - 1e-12)
     q = stats.t.ppf(0.975, df)
@@ -276,8 +276,10 @@ def test_student_t_predictive_outputs_agree():
 
 
 def test_student_t_gaussian_residuals_keep_a_gaussian(monkeypatch):
-    # no tails beyond the Gaussian's: the predictive stays a normal
-    monkeypatch.setattr("skbnngp._rich_bll._fit_df", lambda z: np.inf)
+    # no tails beyond the Gaussian's, at the posterior's own scale: the predictive stays a
+    # normal, with the factor of "validation"
+    monkeypatch.setattr("skbnngp._backend._gp.fit_t_df", lambda z: np.inf)
+    monkeypatch.setattr("skbnngp._backend._gp.fit_t", lambda z: (np.inf, 1.0))
     X, y = _heteroscedastic()
     reg = RichBLLRegressor(variance_calibration="student_t", **SMALL).fit(X, y)
     cal = RichBLLRegressor(variance_calibration="validation", **SMALL).fit(X, y)

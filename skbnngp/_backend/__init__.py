@@ -14,7 +14,8 @@ from ._chunks import (DEFAULT_BLOCK_ELEMENTS, MemoryBudgetError, auto_batch_size
                       check_dense_fits, chunked_apply, iter_slices)
 from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state, to_float,
                       to_numpy)
-from ._gp import ExactGP, NystromGP, gp_predict, loo_variance_factor
+from ._gp import (ExactGP, NystromGP, fit_t, fit_t_df, gp_predict, loo_variance_factor,
+                  student_t_calibration, t_loglik)
 from ._linalg import (JITTER_LADDER, LowRankPlusDiag, cho_inverse, cho_logdet, cho_solve,
                       solve_lower, stable_cholesky, woodbury_solve)
 from ._optim import OptimResult, minimize
@@ -29,7 +30,8 @@ __all__ = [
     "JITTER_LADDER", "LowRankPlusDiag", "cho_inverse", "cho_logdet", "cho_solve", "solve_lower",
     "stable_cholesky", "woodbury_solve",
     "OptimResult", "minimize", "make_generator",
-    "ExactGP", "NystromGP", "gp_predict", "loo_variance_factor",
+    "ExactGP", "NystromGP", "gp_predict", "loo_variance_factor", "student_t_calibration",
+    "fit_t", "fit_t_df", "t_loglik",
     "BLRPosterior", "blr_log_evidence", "blr_posterior", "blr_stats", "BLREvidence",
     "blr_fit_scales", "DiagNoiseEvidence", "blr_log_evidence_diag",
     "ACTIVATIONS", "NetworkTrainer", "TrainingDivergedError", "TrainResult", "build_mlp",

@@ -20,12 +20,14 @@ import math
 
 import numpy as np
 import torch
+from scipy import special, stats
 
 from ._chunks import (CPU_BLOCK_ELEMENTS, auto_batch_size, block_elements, check_dense_fits,
                       iter_slices)
 from ._linalg import cho_solve, inverse_lower, solve_lower, stable_cholesky
 
-__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal", "loo_variance_factor"]
+__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal", "loo_variance_factor",
+           "student_t_calibration", "fit_t", "fit_t_df", "t_loglik"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 #: Kernel entries per row block on the CPU (on CUDA, :func:`~._chunks.block_elements` scales
@@ -433,3 +435,98 @@ def loo_variance_factor(z, quantile, level=0.95, floor=1.0):
         return float(floor)
     k = min(a.size, math.ceil((a.size + 1) * level)) - 1
     return max(float(floor), float(a[k] / quantile) ** 2)
+
+
+#: Degrees of freedom scored by :func:`fit_t_df`; the largest stands for the Gaussian.
+T_DF_GRID = np.geomspace(1.0, 1000.0, 121)
+
+
+def fit_t_df(z):
+    """Degrees of freedom of the unit-scale Student-t of largest likelihood for the
+    standardised residuals ``z`` (on a log grid from 1 to 1000); ``inf`` (the Gaussian) when
+    the largest grid value wins, or without finite residuals."""
+    z = np.asarray(z, dtype=np.float64).ravel()
+    z = z[np.isfinite(z)]
+    if z.size == 0:
+        return math.inf
+    ll = stats.t.logpdf(z[:, None], T_DF_GRID[None, :]).sum(axis=0)
+    gauss = stats.norm.logpdf(z).sum()
+    j = int(np.argmax(ll))
+    if j == T_DF_GRID.size - 1 or gauss >= ll[j]:
+        return math.inf
+    return float(T_DF_GRID[j])
+
+
+def t_loglik(z, df, scale=1.0):
+    """Log-likelihood of ``z`` under the Student-t (``df = inf``: the Gaussian) of the
+    given scale."""
+    u = np.asarray(z, dtype=np.float64) / scale
+    lp = stats.norm.logpdf(u) if math.isinf(df) else stats.t.logpdf(u, df)
+    return float(lp.sum() - u.size * math.log(scale))
+
+
+def fit_t(z, n_iter=100, tol=1e-10):
+    """Degrees of freedom (the grid of :func:`fit_t_df` and the Gaussian) and scale of the
+    Student-t of largest likelihood for ``z``, both free. Returns ``(df, scale)``;
+    ``(inf, 1.0)`` without nonzero finite residuals.
+
+    For each ``df`` the maximum-likelihood scale solves ``mean(w u) = 1`` with ``u = z^2 /
+    s^2`` and ``w = (df + 1) / (df + u)`` (the EM fixed point), a decreasing function of
+    ``log s^2``; Newton's method on ``log s^2`` (steps capped at 2), from the squared
+    residuals' median, solves it for the whole grid at once. The Gaussian's scale is
+    ``sqrt(mean(z^2))``."""
+    z = np.asarray(z, dtype=np.float64).ravel()
+    z = z[np.isfinite(z)]
+    z2 = z * z
+    if z.size == 0 or not np.any(z2 > 0):
+        return math.inf, 1.0
+    nu = T_DF_GRID[None, :]
+    med = float(np.median(z2))
+    phi = np.full((1, T_DF_GRID.size), math.log(med / 0.455 if med > 0 else np.mean(z2)))
+    for _ in range(n_iter):
+        u = z2[:, None] * np.exp(-phi)
+        f = np.mean((nu + 1.0) * u / (nu + u), axis=0, keepdims=True) - 1.0
+        df_dphi = -np.mean((nu + 1.0) * nu * u / (nu + u) ** 2, axis=0, keepdims=True)
+        step = np.clip(-f / np.minimum(df_dphi, -1e-300), -2.0, 2.0)
+        phi = phi + step
+        if np.all(np.abs(step) <= tol):
+            break
+    u = z2[:, None] * np.exp(-phi)  # the log-likelihood of every grid t at its scale
+    ll = z.size * (special.gammaln((T_DF_GRID + 1) / 2) - special.gammaln(T_DF_GRID / 2)
+                   - 0.5 * np.log(np.pi * T_DF_GRID) - 0.5 * phi[0])
+    ll = ll - 0.5 * (T_DF_GRID + 1) * np.log1p(u / nu).sum(axis=0)
+    j = int(np.argmax(ll))
+    s_gauss = math.sqrt(float(np.mean(z2)))
+    if t_loglik(z, math.inf, s_gauss) >= ll[j]:
+        return math.inf, s_gauss
+    return float(T_DF_GRID[j]), math.exp(0.5 * float(phi[0, j]))
+
+
+#: Level of the likelihood-ratio test (one degree of freedom) under which the held-out
+#: residuals' own scale replaces the posterior's in the Student-t calibration.
+T_SCALE_TEST_LEVEL = 0.01
+
+
+def student_t_calibration(z, level=0.95):
+    """``(df, factor)`` of the Student-t calibration for the standardised held-out
+    residuals ``z``.
+
+    The null model is the posterior's own scale (a unit-scale t, degrees of freedom by
+    :func:`fit_t_df`); the alternative frees the scale as well (:func:`fit_t`). When the
+    likelihood-ratio test rejects the null at :data:`T_SCALE_TEST_LEVEL`, the alternative's
+    degrees of freedom are kept and the variance factor may fall to its squared scale
+    (residuals far narrower than the posterior's predictive: a Gaussian noise estimate
+    inflated by outliers); otherwise the factor is at least 1. Either way the factor is
+    then the split-conformal one of :func:`loo_variance_factor` at the t's own quantile.
+    """
+    z = np.asarray(z, dtype=np.float64).ravel()
+    z = z[np.isfinite(z)]
+    df0 = fit_t_df(z)
+    df, floor = df0, 1.0
+    if z.size:
+        df1, s = fit_t(z)
+        stat = 2.0 * (t_loglik(z, df1, s) - t_loglik(z, df0))
+        if stat > stats.chi2.isf(T_SCALE_TEST_LEVEL, 1):
+            df, floor = df1, s * s
+    unit = stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else stats.t.ppf(0.5 + level / 2, df)
+    return df, loo_variance_factor(z, unit, level, floor=floor)
