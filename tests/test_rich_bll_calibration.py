@@ -317,3 +317,15 @@ def test_auto_without_held_out_rows_is_the_gaussian(kw):
     assert reg.variance_calibration_ is None
     assert reg.predictive_df_ == np.inf and reg.calibration_factor_ == 1.0
     assert isinstance(reg.predict_dist(X[:3]).dist, type(stats.norm))
+
+
+def test_calibration_fits_the_t_on_a_strided_subset_of_many_residuals(monkeypatch):
+    monkeypatch.setattr("skbnngp._backend._gp.T_MAX_FIT_ROWS", 100)
+    z = 0.05 * stats.cauchy.rvs(size=1001, random_state=np.random.default_rng(4))
+    df, k = student_t_calibration(z)
+    sub = z[::11]  # ceil(1001 / 100) = 11: 92 residuals
+    df1, s = fit_t(sub)
+    assert df == df1 and df != fit_t(z)[0]
+    # the conformal quantile still reads every residual
+    q = stats.t.ppf(0.975, df)
+    assert k == pytest.approx(max(s * s, loo_variance_factor(z, q, 0.95, floor=0.0)))
