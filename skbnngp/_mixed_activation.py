@@ -197,8 +197,11 @@ default=("tanh", "leaky_relu")
         quantile (below 1 only after that test). ``predict_dist`` is then a
         ``scipy.stats.t``, the std that t's (``inf`` for ``predictive_df_ <= 2``) and
         ``sample_y`` draws a multivariate t. ``None`` (and ``preset="paper"``): the fitted
-        GP's predictive. The default since 2026-11-26, chosen by
-        ``benchmarks/bench_uncertainty.py`` (User Guide, "The Student-t calibration").
+        GP's predictive. ``"student_t"`` is the default since 2026-11-26, chosen by
+        ``benchmarks/bench_uncertainty.py``: mean test NLPD over its nine sets 1.841 /
+        1.845 / 1.843 at three fold seeds against 2.118 / 2.119 / 2.157 with ``"loo"``,
+        every 95 % coverage inside 0.92-0.98, but lower 90 % coverage where the fitted t
+        is heavy (User Guide of the mixed-activation GP).
     batch_size : int or None, default=None
         Rows per block in training passes and prediction; ``None``: about 2^19 kernel entries.
     device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device, default="auto"
