@@ -14,8 +14,8 @@ Models (``--models``):
   the default since 2026-11-26), ``mixed`` ``MixedActivationGPRegressor`` (its default
   ``variance_calibration="student_t"``: the leave-one-out residuals also choose a
   Student-t predictive, since later on 2026-11-26), ``mixed_loo`` the same with
-  ``variance_calibration="loo"`` (the Gaussian widened, the default before; cv, cv_folds
-  at fold seed 0 only, extrap and concrete20), ``stp_nocal`` and ``mixed_nocal`` with
+  ``variance_calibration="loo"`` (the Gaussian widened, the default before; cv, extrap
+  and concrete20), ``stp_nocal`` and ``mixed_nocal`` with
   ``variance_calibration=None``, ``dbk``
   ``DBKRegressor`` (trained on the exact evidence of its corrected kernel with a tenth of
   the trace regulariser; leave-one-out variance calibration on), ``dbk_nocal`` the same

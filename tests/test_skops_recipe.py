@@ -173,7 +173,7 @@ def test_recipe_refuses_a_file_that_calls_a_package_function(tmp_path):
                                     "skbnngp.kernels._activations.get_activation"])
 def test_recipe_refuses_any_package_function(target, tmp_path):
     """A function node or a call node naming any function of the package is refused."""
-    est, _ = _fit(StudentTProcessRegressor, dict(max_iter=2))
+    est, _ = _fit(StudentTProcessRegressor, {"max_iter": 2})
     files = _schema(sio.dumps(est))
     schema = json.loads(files["schema.json"])
     module, _, name = target.rpartition(".")

@@ -449,12 +449,23 @@ def fit_t_df(z):
     z = z[np.isfinite(z)]
     if z.size == 0:
         return math.inf
-    ll = stats.t.logpdf(z[:, None], T_DF_GRID[None, :]).sum(axis=0)
+    ll = _t_grid_loglik(z * z, np.zeros(T_DF_GRID.size))
     gauss = stats.norm.logpdf(z).sum()
     j = int(np.argmax(ll))
     if j == T_DF_GRID.size - 1 or gauss >= ll[j]:
         return math.inf
     return float(T_DF_GRID[j])
+
+
+def _t_grid_loglik(z2, log_s2):
+    """Log-likelihood of the residuals with squares ``z2`` under the t of every
+    :data:`T_DF_GRID` value, each at its own scale ``exp(log_s2 / 2)`` (an array over the
+    grid), in one (n x 121) pass."""
+    nu = T_DF_GRID
+    const = (special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2)
+             - 0.5 * np.log(np.pi * nu) - 0.5 * log_s2)
+    u = z2[:, None] * np.exp(-log_s2)[None, :]
+    return z2.size * const - 0.5 * (nu + 1) * np.log1p(u / nu[None, :]).sum(axis=0)
 
 
 def t_loglik(z, df, scale=1.0):
@@ -491,10 +502,7 @@ def fit_t(z, n_iter=100, tol=1e-10):
         phi = phi + step
         if np.all(np.abs(step) <= tol):
             break
-    u = z2[:, None] * np.exp(-phi)  # the log-likelihood of every grid t at its scale
-    ll = z.size * (special.gammaln((T_DF_GRID + 1) / 2) - special.gammaln(T_DF_GRID / 2)
-                   - 0.5 * np.log(np.pi * T_DF_GRID) - 0.5 * phi[0])
-    ll = ll - 0.5 * (T_DF_GRID + 1) * np.log1p(u / nu).sum(axis=0)
+    ll = _t_grid_loglik(z2, phi[0])  # every grid t at its own scale
     j = int(np.argmax(ll))
     s_gauss = math.sqrt(float(np.mean(z2)))
     if t_loglik(z, math.inf, s_gauss) >= ll[j]:
