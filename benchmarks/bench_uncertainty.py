@@ -10,8 +10,11 @@ calibration error (mean |observed - nominal| over 19 central intervals).
 
 Models (``--models``):
 
-* ``stp`` ``StudentTProcessRegressor`` (with the leave-one-out variance calibration on,
-  the default since 2026-11-26), ``mixed`` ``MixedActivationGPRegressor`` (its default
+* ``stp`` ``StudentTProcessRegressor`` (its default ``variance_calibration="student_t"``:
+  the leave-one-out residuals choose the predictive t's degrees of freedom, since late on
+  2026-11-26), ``stp_loo`` the same with ``variance_calibration="loo"`` (the t-process's
+  own t widened, the default before; cv, extrap and concrete20), ``mixed``
+  ``MixedActivationGPRegressor`` (its default
   ``variance_calibration="student_t"``: the leave-one-out residuals also choose a
   Student-t predictive, since later on 2026-11-26), ``mixed_loo`` the same with
   ``variance_calibration="loo"`` (the Gaussian widened, the default before; cv, extrap
@@ -111,10 +114,11 @@ from _harness import (  # noqa: E402
 REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
 SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
 SETS = REAL + SYNTHETIC
-MODELS = ("stp", "stp_nocal", "mixed", "mixed_loo", "mixed_nocal", "dbk", "dbk_nocal", "dbk_paper", "dbk_ev0",
+MODELS = ("stp", "stp_loo", "stp_nocal", "mixed", "mixed_loo", "mixed_nocal", "dbk", "dbk_nocal", "dbk_paper", "dbk_ev0",
           "richbll", "richbll_nocal", "richbll_cal", "bll", "bll_nocal", "gpr", "svgp",
           "laplace", "ensemble")
 LABELS = {"stp": "StudentTProcessRegressor",
+          "stp_loo": "StudentTProcessRegressor(variance_calibration='loo')",
           "stp_nocal": "StudentTProcessRegressor(variance_calibration=None)",
           "mixed": "MixedActivationGPRegressor",
           "mixed_loo": "MixedActivationGPRegressor(variance_calibration='loo')",
@@ -342,6 +346,8 @@ def make_model(name, n_features, quick=False, seed=0):
     common = {"device": "cpu", "random_state": seed}
     model = {
         "stp": lambda: skbnngp.StudentTProcessRegressor(**common),
+        "stp_loo": lambda: skbnngp.StudentTProcessRegressor(variance_calibration="loo",
+                                                            **common),
         "stp_nocal": lambda: skbnngp.StudentTProcessRegressor(variance_calibration=None,
                                                               **common),
         "mixed": lambda: skbnngp.MixedActivationGPRegressor(**common),

@@ -373,17 +373,20 @@ class GPRegressorMixin(PredictDistMixin):
 
         ``unit_quantile`` is the ``(1 + level) / 2`` quantile of the predictive at unit
         variance. 1 unless ``variance_calibration`` is ``"loo"`` (see
-        :func:`loo_variance_factor`) or ``"student_t"`` (a Gaussian predictive only: also
-        sets ``predictive_df_``; see :func:`student_t_calibration`).
+        :func:`loo_variance_factor`) or ``"student_t"`` (also sets ``predictive_df_``; see
+        :func:`student_t_calibration`). The Student-t fit reads the residuals against the
+        uncalibrated predictive's amplitude, and never chooses lighter tails than its own
+        (:meth:`Mixing.t_reference`), so ``predictive_df_`` must be ``inf`` on entry.
         """
         self.calibration_factor_ = 1.0
         if self.variance_calibration not in ("loo", "student_t"):
             return
         r, v = engine.loo(state, params)
         z = to_numpy(r) / np.sqrt(np.maximum(to_numpy(v), 1e-300))[:, None]
-        if self.variance_calibration == "student_t":  # a Gaussian predictive made a t
+        if self.variance_calibration == "student_t":  # the predictive made a t
+            s0, max_df = self._mixing().t_reference()  # the uncalibrated predictive's
             self.predictive_df_, self.calibration_factor_ = student_t_calibration(
-                z, self._calibration_level)
+                z / math.sqrt(s0), self._calibration_level, max_df=max_df)
         else:
             self.calibration_factor_ = loo_variance_factor(z, unit_quantile,
                                                            self._calibration_level)

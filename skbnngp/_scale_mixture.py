@@ -52,6 +52,17 @@ class Mixing:
             return self.params["value"]
         return float(np.dot(self.params["weights"], self.params["scales"]))
 
+    def t_reference(self):
+        """``(s0, df)``: the amplitude against which a Student-t calibration reads the
+        residuals, and the largest degrees of freedom it may choose. An inverse gamma
+        is a t of squared scale ``b / a`` and ``2 a`` degrees of freedom (the calibrated
+        t keeps at least its tails); a point mass is the Gaussian at its value; a discrete
+        mixing is read at its mean amplitude, with no cap."""
+        if self.kind == "invgamma":
+            a, b = self.params["shape"], self.params["scale"]
+            return b / a, 2.0 * a
+        return self.mean(), math.inf
+
     def predictive(self, loc, var=None, *, std=None):
         """Frozen distribution of ``loc + sqrt(s * var) * z`` with ``s`` from this mixing.
 

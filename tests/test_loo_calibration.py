@@ -1,5 +1,5 @@
 """``variance_calibration="loo"`` of the GP regressors (Student-t process, mixed activation),
-and the mixed-activation GP's ``"student_t"`` (its default), which reads the same residuals."""
+and their ``"student_t"`` (the default of both), which reads the same residuals."""
 
 import warnings
 
@@ -9,13 +9,14 @@ from scipy import stats
 
 from skbnngp import (MixedActivationGPRegressor, StudentTProcessClassifier,
                      StudentTProcessRegressor)
-from skbnngp._backend import student_t_calibration
+from skbnngp._backend import fit_t, fit_t_df, student_t_calibration
 from skbnngp.datasets import load_cpu_performance
 
 #: 30 optimiser iterations: the properties below hold at any hyperparameters.
 _FAST = dict(device="cpu", random_state=0, max_iter=30)
 REGRESSORS = [
-    pytest.param(lambda **kw: StudentTProcessRegressor(**{**_FAST, **kw}), id="student_t"),
+    pytest.param(lambda **kw: StudentTProcessRegressor(
+        **{**_FAST, "variance_calibration": "loo", **kw}), id="student_t"),
     pytest.param(lambda **kw: MixedActivationGPRegressor(
         **{**_FAST, "variance_calibration": "loo", **kw}), id="mixed_nystrom"),
     pytest.param(lambda **kw: MixedActivationGPRegressor(
@@ -139,26 +140,41 @@ def test_invalid_variance_calibration_is_rejected():
             est(variance_calibration="cv").fit(X, y)
 
 
-# ------------------------------------------- the mixed-activation GP's "student_t" (default)
-def test_mixed_student_t_reads_the_leave_one_out_residuals():
+# ------------------------------------------------------ "student_t" (the default of both)
+STUDENT_T = [pytest.param(REGRESSORS[0].values[0], id="student_t"),
+             pytest.param(REGRESSORS[2].values[0], id="mixed_exact")]
+
+
+def _unit_t(model):
+    """Squared scale and degrees of freedom of the uncalibrated predictive at unit variance."""
+    if isinstance(model, StudentTProcessRegressor):
+        return model.posterior_scale_ / model.posterior_shape_, model.df_
+    return 1.0, np.inf
+
+
+@pytest.mark.parametrize("make", STUDENT_T)
+def test_student_t_reads_the_leave_one_out_residuals(make):
     """Against explicit refits without each row: the degrees of freedom and the factor are
-    those of :func:`student_t_calibration` for the brute-force leave-one-out residuals."""
-    make = REGRESSORS[2].values[0]
+    those of :func:`student_t_calibration` for the brute-force leave-one-out residuals (the
+    t-process's read against its posterior's t, whose degrees of freedom cap the fit)."""
     X, y, Xt, _ = _cpu()
     X, y = X[:60], (y[:60] - y[:60].mean()) / y[:60].std()
-    plain = _PLAIN[MixedActivationGPRegressor]
+    plain = _PLAIN[type(make())]
     model = _fit(make, X, y, variance_calibration="student_t", **plain)
-    z = _loo_brute_force(model, make, X, y, plain)
-    df, k = student_t_calibration(z)
+    s0, cap = _unit_t(model)
+    z = _loo_brute_force(model, make, X, y, plain) / np.sqrt(s0)
+    df, k = student_t_calibration(z, max_df=cap)
     assert model.predictive_df_ == df and np.isfinite(df)  # skewed targets: heavy tails
+    assert df < 10 and (np.isinf(cap) or cap > 60)  # far heavier than the posterior's own
     assert model.calibration_factor_ == pytest.approx(k, rel=1e-5)
-    # the same fit with the Gaussian: the t has its scale times sqrt(k), the same mean
+    # the same fit without the calibration: the t has its scale times sqrt(k), the same mean
     raw = _fit(make, X, y, variance_calibration=None, **plain)
     dist, dist0 = model.predict_dist(Xt), raw.predict_dist(Xt)
-    assert isinstance(dist.dist, type(stats.t)) and isinstance(dist0.dist, type(stats.norm))
+    assert isinstance(dist.dist, type(stats.t))
     np.testing.assert_allclose(dist.kwds["df"], df)
     np.testing.assert_allclose(dist.mean(), dist0.mean(), rtol=1e-10)
-    np.testing.assert_allclose(dist.kwds["scale"], dist0.std() * np.sqrt(k), rtol=1e-8)
+    unit0 = dist0.std() if np.isinf(cap) else dist0.kwds["scale"]
+    np.testing.assert_allclose(dist.kwds["scale"], unit0 * np.sqrt(k), rtol=1e-8)
     std = model.predict_std(Xt)
     if df > 2:
         np.testing.assert_allclose(std, dist.std(), rtol=1e-8)
@@ -166,10 +182,29 @@ def test_mixed_student_t_reads_the_leave_one_out_residuals():
         assert np.all(np.isinf(std))
 
 
-def test_mixed_student_t_on_fresh_cauchy_noise():
-    """Cauchy noise: a Gaussian predictive (calibrated or not) gives the outliers of a test
-    set almost no density (NLPD about 100 nats here); the Student-t calibration fits their
-    tails (df about 1.4), keeps its 95 % intervals inside 0.92-0.98, and scores far better."""
+def test_student_t_process_keeps_its_own_tails_on_gaussian_residuals():
+    """Gaussian noise: the residuals ask for no heavier tails than the posterior's t, whose
+    degrees of freedom are kept (the cap), so the predictive is the evidence's own t up to
+    the split-conformal factor."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, (200, 1))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(200)
+    model = _fit(StudentTProcessRegressor, X, y, device="cpu", random_state=0, max_iter=30)
+    assert model.variance_calibration == "student_t"  # the default
+    assert model.predictive_df_ == model.df_
+    loo = _fit(StudentTProcessRegressor, X, y, device="cpu", random_state=0, max_iter=30,
+               variance_calibration="loo")
+    assert model.calibration_factor_ == pytest.approx(loo.calibration_factor_)
+    np.testing.assert_allclose(model.predict_dist(X[:5]).kwds["scale"],
+                               loo.predict_dist(X[:5]).kwds["scale"], rtol=1e-10)
+
+
+@pytest.mark.parametrize("est", [StudentTProcessRegressor, MixedActivationGPRegressor])
+def test_student_t_on_fresh_cauchy_noise(est):
+    """Cauchy noise: a Gaussian predictive, calibrated or not, gives the outliers of a test
+    set almost no density (NLPD about 100 nats here), the t-process's own (``df_ = 2a + n``,
+    about 300) little (about 3 nats); the Student-t calibration fits their tails (df about
+    1.4), keeps its 95 % intervals inside 0.92-0.98, and scores far better (about 0.4)."""
     rng = np.random.default_rng(0)
     x = rng.uniform(-2, 2, 300)
     y = np.sin(2 * x) + 0.1 * rng.standard_cauchy(300)
@@ -177,7 +212,7 @@ def test_mixed_student_t_on_fresh_cauchy_noise():
     yt = np.sin(2 * xt) + 0.1 * rng.standard_cauchy(20000)
 
     def score(**kw):
-        m = _fit(MixedActivationGPRegressor, x[:, None], y, device="cpu", random_state=0, **kw)
+        m = _fit(est, x[:, None], y, device="cpu", random_state=0, **kw)
         dist = m.predict_dist(xt[:, None])
         lo, hi = dist.interval(0.95)
         return m, np.mean((yt >= lo) & (yt <= hi)), -np.mean(dist.logpdf(yt))
@@ -186,4 +221,20 @@ def test_mixed_student_t_on_fresh_cauchy_noise():
     _, _, nlpd_loo = score(variance_calibration="loo")
     assert t.calibration_factor_ < 0.1 and t.predictive_df_ < 3
     assert 0.92 <= cover_t <= 0.98
-    assert nlpd_t < 1.0 and nlpd_loo > 10.0
+    assert nlpd_t < 1.0 and nlpd_loo > nlpd_t + 2.0
+
+
+def test_the_degrees_of_freedom_cap():
+    """``max_df``: the fits choose among the grid below the cap and the cap itself."""
+    rng = np.random.default_rng(1)
+    gauss = rng.standard_normal(3000)
+    assert fit_t_df(gauss) == np.inf
+    assert fit_t_df(gauss, max_df=40.0) == 40.0  # no Gaussian under a cap: the cap itself
+    assert fit_t(2.0 * gauss, max_df=40.0)[0] == 40.0
+    heavy = stats.t.rvs(3, size=3000, random_state=rng)
+    assert 2.0 < fit_t_df(heavy, max_df=40.0) == fit_t_df(heavy) < 5.0  # the cap is slack
+    assert fit_t_df(heavy, max_df=2.5) == 2.5  # and binding: the likelihood rises to it
+    df, s = fit_t(3.0 * heavy, max_df=2.5)
+    assert df == 2.5 and 2.0 < s < 4.0
+    for cap in (2.5, 40.0):
+        assert student_t_calibration(heavy, max_df=cap)[0] <= cap

@@ -441,27 +441,35 @@ def loo_variance_factor(z, quantile, level=0.95, floor=1.0):
 T_DF_GRID = np.geomspace(1.0, 1000.0, 121)
 
 
-def fit_t_df(z):
+def _df_candidates(max_df):
+    """Degrees of freedom the t fits may choose under the cap ``max_df``: the grid values
+    below it and the cap itself (``inf``: the whole grid and the Gaussian)."""
+    if math.isinf(max_df):
+        return T_DF_GRID
+    return np.append(T_DF_GRID[T_DF_GRID < max_df], float(max_df))
+
+
+def fit_t_df(z, max_df=math.inf):
     """Degrees of freedom of the unit-scale Student-t of largest likelihood for the
     standardised residuals ``z`` (on a log grid from 1 to 1000); ``inf`` (the Gaussian) when
-    the largest grid value wins, or without finite residuals."""
+    the largest grid value wins, or without finite residuals. A finite ``max_df`` caps the
+    choice: the grid values below it and ``max_df`` itself (no Gaussian)."""
     z = np.asarray(z, dtype=np.float64).ravel()
     z = z[np.isfinite(z)]
     if z.size == 0:
-        return math.inf
-    ll = _t_grid_loglik(z * z, np.zeros(T_DF_GRID.size))
-    gauss = stats.norm.logpdf(z).sum()
+        return float(max_df)
+    nu = _df_candidates(max_df)
+    ll = _t_grid_loglik(z * z, np.zeros(nu.size), nu)
     j = int(np.argmax(ll))
-    if j == T_DF_GRID.size - 1 or gauss >= ll[j]:
+    if math.isinf(max_df) and (j == nu.size - 1 or stats.norm.logpdf(z).sum() >= ll[j]):
         return math.inf
-    return float(T_DF_GRID[j])
+    return float(nu[j])
 
 
-def _t_grid_loglik(z2, log_s2):
-    """Log-likelihood of the residuals with squares ``z2`` under the t of every
-    :data:`T_DF_GRID` value, each at its own scale ``exp(log_s2 / 2)`` (an array over the
-    grid), in one (n x 121) pass."""
-    nu = T_DF_GRID
+def _t_grid_loglik(z2, log_s2, nu=T_DF_GRID):
+    """Log-likelihood of the residuals with squares ``z2`` under the t of every degrees of
+    freedom in ``nu`` (default :data:`T_DF_GRID`), each at its own scale ``exp(log_s2 /
+    2)`` (an array over ``nu``), in one (n x len(nu)) pass."""
     const = (special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2)
              - 0.5 * np.log(np.pi * nu) - 0.5 * log_s2)
     u = z2[:, None] * np.exp(-log_s2)[None, :]
@@ -476,7 +484,7 @@ def t_loglik(z, df, scale=1.0):
     return float(lp.sum() - u.size * math.log(scale))
 
 
-def fit_t(z, n_iter=100, tol=1e-10):
+def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf):
     """Degrees of freedom (the grid of :func:`fit_t_df` and the Gaussian) and scale of the
     Student-t of largest likelihood for ``z``, both free. Returns ``(df, scale)``;
     ``(inf, 1.0)`` without nonzero finite residuals.
@@ -485,15 +493,17 @@ def fit_t(z, n_iter=100, tol=1e-10):
     s^2`` and ``w = (df + 1) / (df + u)`` (the EM fixed point), a decreasing function of
     ``log s^2``; Newton's method on ``log s^2`` (steps capped at 2), from the squared
     residuals' median, solves it for the whole grid at once. The Gaussian's scale is
-    ``sqrt(mean(z^2))``."""
+    ``sqrt(mean(z^2))``. A finite ``max_df`` caps the degrees of freedom as in
+    :func:`fit_t_df` (``(max_df, 1.0)`` without nonzero residuals)."""
     z = np.asarray(z, dtype=np.float64).ravel()
     z = z[np.isfinite(z)]
     z2 = z * z
     if z.size == 0 or not np.any(z2 > 0):
-        return math.inf, 1.0
-    nu = T_DF_GRID[None, :]
+        return float(max_df), 1.0
+    cand = _df_candidates(max_df)
+    nu = cand[None, :]
     med = float(np.median(z2))
-    phi = np.full((1, T_DF_GRID.size), math.log(med / 0.455 if med > 0 else np.mean(z2)))
+    phi = np.full((1, cand.size), math.log(med / 0.455 if med > 0 else np.mean(z2)))
     for _ in range(n_iter):
         u = z2[:, None] * np.exp(-phi)
         f = np.mean((nu + 1.0) * u / (nu + u), axis=0, keepdims=True) - 1.0
@@ -502,12 +512,12 @@ def fit_t(z, n_iter=100, tol=1e-10):
         phi = phi + step
         if np.all(np.abs(step) <= tol):
             break
-    ll = _t_grid_loglik(z2, phi[0])  # every grid t at its own scale
+    ll = _t_grid_loglik(z2, phi[0], cand)  # every candidate t at its own scale
     j = int(np.argmax(ll))
     s_gauss = math.sqrt(float(np.mean(z2)))
-    if t_loglik(z, math.inf, s_gauss) >= ll[j]:
+    if math.isinf(max_df) and t_loglik(z, math.inf, s_gauss) >= ll[j]:
         return math.inf, s_gauss
-    return float(T_DF_GRID[j]), math.exp(0.5 * float(phi[0, j]))
+    return float(cand[j]), math.exp(0.5 * float(phi[0, j]))
 
 
 #: Level of the likelihood-ratio test (one degree of freedom) under which the held-out
@@ -518,7 +528,7 @@ T_SCALE_TEST_LEVEL = 0.01
 T_MAX_FIT_ROWS = 20000
 
 
-def student_t_calibration(z, level=0.95):
+def student_t_calibration(z, level=0.95, max_df=math.inf):
     """``(df, factor)`` of the Student-t calibration for the standardised held-out
     residuals ``z``.
 
@@ -531,14 +541,16 @@ def student_t_calibration(z, level=0.95):
     then the split-conformal one of :func:`loo_variance_factor` at the t's own quantile.
     Above :data:`T_MAX_FIT_ROWS` residuals, the two fits and the test use an evenly strided
     subset of that many (the fits cost O(n x 121)); the conformal quantile uses them all.
+    A finite ``max_df`` caps the degrees of freedom of both fits (see :func:`fit_t_df`): a
+    model whose own predictive is already a t keeps at least its tails.
     """
     z = np.asarray(z, dtype=np.float64).ravel()
     z = z[np.isfinite(z)]
     zf = z[::-(-z.size // T_MAX_FIT_ROWS)] if z.size > T_MAX_FIT_ROWS else z
-    df0 = fit_t_df(zf)
+    df0 = fit_t_df(zf, max_df)
     df, floor = df0, 1.0
     if zf.size:
-        df1, s = fit_t(zf)
+        df1, s = fit_t(zf, max_df=max_df)
         stat = 2.0 * (t_loglik(zf, df1, s) - t_loglik(zf, df0))
         if stat > stats.chi2.isf(T_SCALE_TEST_LEVEL, 1):
             df, floor = df1, s * s
