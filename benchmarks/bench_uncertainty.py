@@ -21,7 +21,10 @@ Models (``--models``):
   and concrete20), ``stp_nocal`` and ``mixed_nocal`` with
   ``variance_calibration=None``, ``dbk``
   ``DBKRegressor`` (trained on the exact evidence of its corrected kernel with a tenth of
-  the trace regulariser; leave-one-out variance calibration on), ``dbk_nocal`` the same
+  the trace regulariser; its default ``variance_calibration="student_t"``, a unit-scale
+  Student-t on the leave-one-out residuals, since late on 2026-11-26), ``dbk_loo`` the
+  same with ``variance_calibration="loo"`` (the default before; cv, cv_folds, extrap and
+  concrete20), ``dbk_nocal`` the same
   with ``variance_calibration=None`` (the default of 2026-11-25), ``dbk_paper``
   ``DBKRegressor(training_objective="bound")`` (the paper's bound, the default before
   2026-11-25), ``dbk_ev0`` ``DBKRegressor(trace_weight=0)`` (the exact evidence alone),
@@ -114,7 +117,7 @@ from _harness import (  # noqa: E402
 REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
 SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
 SETS = REAL + SYNTHETIC
-MODELS = ("stp", "stp_loo", "stp_nocal", "mixed", "mixed_loo", "mixed_nocal", "dbk", "dbk_nocal", "dbk_paper", "dbk_ev0",
+MODELS = ("stp", "stp_loo", "stp_nocal", "mixed", "mixed_loo", "mixed_nocal", "dbk", "dbk_loo", "dbk_nocal", "dbk_paper", "dbk_ev0",
           "richbll", "richbll_nocal", "richbll_cal", "bll", "bll_nocal", "gpr", "svgp",
           "laplace", "ensemble")
 LABELS = {"stp": "StudentTProcessRegressor",
@@ -124,6 +127,7 @@ LABELS = {"stp": "StudentTProcessRegressor",
           "mixed_loo": "MixedActivationGPRegressor(variance_calibration='loo')",
           "mixed_nocal": "MixedActivationGPRegressor(variance_calibration=None)",
           "dbk": "DBKRegressor",
+          "dbk_loo": "DBKRegressor(variance_calibration='loo')",
           "dbk_nocal": "DBKRegressor(variance_calibration=None)",
           "dbk_paper": "DBKRegressor(training_objective='bound')",
           "dbk_ev0": "DBKRegressor(trace_weight=0)",
@@ -139,7 +143,7 @@ SECTIONS = ("cv", "cv_seeds", "cv_folds", "extrap", "extrap_seeds", "concrete20"
 #: ``cv_folds``: the fold seeds (``KFold``'s ``random_state``) beside the ``cv`` section's 0,
 #: and the models refitted on them (the package's default regressors and the reference GP).
 FOLD_SEEDS = (1, 2)
-FOLD_SEED_MODELS = ("stp", "mixed", "dbk", "richbll", "richbll_nocal", "gpr")
+FOLD_SEED_MODELS = ("stp", "mixed", "dbk", "dbk_loo", "richbll", "richbll_nocal", "gpr")
 #: ``extrap_seeds``: the models whose fit depends on the seed (a network's initialisation
 #: and batches), refitted with these ``random_state`` values on the extrapolation splits.
 NETWORK_MODELS = ("dbk", "dbk_nocal", "dbk_paper", "dbk_ev0", "richbll", "richbll_nocal", "bll",
@@ -356,6 +360,7 @@ def make_model(name, n_features, quick=False, seed=0):
         "mixed_nocal": lambda: skbnngp.MixedActivationGPRegressor(variance_calibration=None,
                                                                   **common),
         "dbk": lambda: skbnngp.DBKRegressor(**common),
+        "dbk_loo": lambda: skbnngp.DBKRegressor(variance_calibration="loo", **common),
         "dbk_nocal": lambda: skbnngp.DBKRegressor(variance_calibration=None, **common),
         "dbk_paper": lambda: skbnngp.DBKRegressor(training_objective="bound", **common),
         "dbk_ev0": lambda: skbnngp.DBKRegressor(trace_weight=0, **common),

@@ -268,7 +268,7 @@ def test_calibration_factor_is_the_conformal_quantile_of_the_dense_loo_residuals
     from skbnngp._backend import loo_variance_factor
     X, y = _data(n=120, seed=4)
     y = y + 0.6 * np.abs(X[:, 1]) * np.random.default_rng(1).standard_normal(120)
-    reg = DBKRegressor(**SMALL).fit(X, y)
+    reg = DBKRegressor(**SMALL, variance_calibration="loo").fit(X, y)
     z = _dense_loo_z(reg, X, y)
     expected = loo_variance_factor(z, stats.norm.ppf(0.975))
     assert expected > 1.05  # heteroscedastic noise: the fit needs widening
@@ -283,7 +283,7 @@ def test_calibration_factor_is_the_conformal_quantile_of_the_dense_loo_residuals
 def test_variance_calibration_widens_only_the_variance():
     X, y = _data(n=120, seed=4)
     y = y + 0.6 * np.abs(X[:, 1]) * np.random.default_rng(1).standard_normal(120)
-    cal = DBKRegressor(**SMALL).fit(X, y)
+    cal = DBKRegressor(**SMALL, variance_calibration="loo").fit(X, y)
     raw = DBKRegressor(**SMALL, variance_calibration=None).fit(X, y)
     assert raw.calibration_factor_ == 1.0 and cal.calibration_factor_ > 1.0
     m1, s1 = cal.predict(X[:7], return_std=True)
@@ -296,3 +296,37 @@ def test_variance_calibration_widens_only_the_variance():
     assert cal.noise_variance_ == raw.noise_variance_
     svi = DBKRegressor(**{**SMALL, "max_iter": 3}, inference="svi").fit(X, y)
     assert svi.calibration_factor_ == 1.0
+
+
+def test_student_t_calibration_is_a_unit_scale_t_on_the_dense_loo_residuals():
+    """The default ``"student_t"``: the degrees of freedom of the unit-scale t of largest
+    likelihood for the leave-one-out residuals, the split-conformal factor at its quantile
+    (never below 1: no scale test), and so the same 95 % intervals as ``"loo"`` with a
+    heavier-tailed density."""
+    from skbnngp._backend import student_t_calibration
+    X, y = _data(n=150, seed=5)
+    y = y + 0.5 * stats.t.rvs(1.5, size=150, random_state=2)  # heavy-tailed noise
+    reg = DBKRegressor(**SMALL).fit(X, y)
+    assert reg.variance_calibration == "student_t"
+    z = _dense_loo_z(reg, X, y)
+    df, k = student_t_calibration(z, scale_test=False)
+    assert np.isfinite(df) and df < 10  # the residuals' tails are heavy
+    assert reg.predictive_df_ == df
+    assert reg.calibration_factor_ == pytest.approx(k, rel=1e-8) and k >= 1.0
+    loo = DBKRegressor(**SMALL, variance_calibration="loo").fit(X, y)
+    assert loo.predictive_df_ == np.inf
+    dist, dist0 = reg.predict_dist(X[:9]), loo.predict_dist(X[:9])
+    assert isinstance(dist.dist, type(stats.t)) and isinstance(dist0.dist, type(stats.norm))
+    np.testing.assert_allclose(dist.mean(), dist0.mean(), rtol=1e-10)
+    width = np.subtract(*dist.interval(0.95)[::-1])
+    width0 = np.subtract(*dist0.interval(0.95)[::-1])
+    if k > 1.0 and loo.calibration_factor_ > 1.0:  # both on the conformal quantile
+        np.testing.assert_allclose(width, width0, rtol=1e-8)
+    else:  # a factor held at 1: the t's quantile is the wider
+        assert np.all(width >= width0 * (1 - 1e-12))
+    std = reg.predict_std(X[:9])
+    if df > 2:
+        np.testing.assert_allclose(std, dist.std(), rtol=1e-10)
+    else:
+        assert np.all(np.isinf(std))
+    assert np.all(np.isfinite(reg.predict_dist(X[:9]).logpdf(y[:9])))
