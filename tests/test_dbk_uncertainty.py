@@ -298,21 +298,22 @@ def test_variance_calibration_widens_only_the_variance():
     assert svi.calibration_factor_ == 1.0
 
 
-def test_student_t_calibration_is_a_unit_scale_t_on_the_dense_loo_residuals():
-    """The default ``"student_t"``: the degrees of freedom of the unit-scale t of largest
-    likelihood for the leave-one-out residuals, the split-conformal factor at its quantile
-    (never below 1: no scale test), and so the same 95 % intervals as ``"loo"`` with a
+def test_student_t_calibration_reads_the_dense_loo_residuals():
+    """The default ``"student_t"``: :func:`student_t_calibration` of the leave-one-out
+    residuals with the scale test gated at ``DBK_MAX_TEST_DF`` degrees of freedom; where the
+    factor is at least 1 on both, the same 95 % intervals as ``"loo"`` with a
     heavier-tailed density."""
     from skbnngp._backend import student_t_calibration
+    from skbnngp._dbk import DBK_MAX_TEST_DF
     X, y = _data(n=150, seed=5)
     y = y + 0.5 * stats.t.rvs(1.5, size=150, random_state=2)  # heavy-tailed noise
     reg = DBKRegressor(**SMALL).fit(X, y)
     assert reg.variance_calibration == "student_t"
     z = _dense_loo_z(reg, X, y)
-    df, k = student_t_calibration(z, scale_test=False)
+    df, k = student_t_calibration(z, max_test_df=DBK_MAX_TEST_DF)
     assert np.isfinite(df) and df < 10  # the residuals' tails are heavy
     assert reg.predictive_df_ == df
-    assert reg.calibration_factor_ == pytest.approx(k, rel=1e-8) and k >= 1.0
+    assert reg.calibration_factor_ == pytest.approx(k, rel=1e-8)
     loo = DBKRegressor(**SMALL, variance_calibration="loo").fit(X, y)
     assert loo.predictive_df_ == np.inf
     dist, dist0 = reg.predict_dist(X[:9]), loo.predict_dist(X[:9])
@@ -322,7 +323,7 @@ def test_student_t_calibration_is_a_unit_scale_t_on_the_dense_loo_residuals():
     width0 = np.subtract(*dist0.interval(0.95)[::-1])
     if k > 1.0 and loo.calibration_factor_ > 1.0:  # both on the conformal quantile
         np.testing.assert_allclose(width, width0, rtol=1e-8)
-    else:  # a factor held at 1: the t's quantile is the wider
+    elif k >= 1.0:  # a factor held at 1: the t's quantile is the wider
         assert np.all(width >= width0 * (1 - 1e-12))
     std = reg.predict_std(X[:9])
     if df > 2:
@@ -330,3 +331,17 @@ def test_student_t_calibration_is_a_unit_scale_t_on_the_dense_loo_residuals():
     else:
         assert np.all(np.isinf(std))
     assert np.all(np.isfinite(reg.predict_dist(X[:9]).logpdf(y[:9])))
+
+
+def test_the_gated_scale_test_narrows_only_for_heavy_tails():
+    """``max_test_df``: residuals narrower than the posterior's scale keep a factor of at
+    least 1 when they are light-tailed (the optimism of learned features), and narrow when
+    they are Cauchy-like (an outlier-inflated noise estimate)."""
+    from skbnngp._backend import student_t_calibration
+    rng = np.random.default_rng(0)
+    narrow = 0.7 * rng.standard_normal(400)  # light tails, scale 0.7: the test rejects
+    assert student_t_calibration(narrow)[1] < 1.0  # ungated: narrowed
+    assert student_t_calibration(narrow, max_test_df=2.0)[1] >= 1.0
+    cauchy = 0.05 * stats.cauchy.rvs(size=400, random_state=rng)
+    df, k = student_t_calibration(cauchy, max_test_df=2.0)
+    assert df <= 2.0 and k < 0.1

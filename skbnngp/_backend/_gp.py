@@ -528,7 +528,7 @@ T_SCALE_TEST_LEVEL = 0.01
 T_MAX_FIT_ROWS = 20000
 
 
-def student_t_calibration(z, level=0.95, max_df=math.inf, scale_test=True):
+def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf):
     """``(df, factor)`` of the Student-t calibration for the standardised held-out
     residuals ``z``.
 
@@ -542,19 +542,21 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, scale_test=True):
     Above :data:`T_MAX_FIT_ROWS` residuals, the two fits and the test use an evenly strided
     subset of that many (the fits cost O(n x 121)); the conformal quantile uses them all.
     A finite ``max_df`` caps the degrees of freedom of both fits (see :func:`fit_t_df`): a
-    model whose own predictive is already a t keeps at least its tails. ``scale_test=False``
-    keeps the unit-scale t without the test (the factor then is at least 1), for residuals
-    that are not out-of-sample enough to set a narrower scale.
+    model whose own predictive is already a t keeps at least its tails. A finite
+    ``max_test_df`` keeps the alternative only when its degrees of freedom are at most that:
+    a narrower scale is then trusted only as the bulk of heavy tails that inflated the
+    model's noise estimate, not as a uniformly narrower spread, which residuals that are
+    not fully out-of-sample also show.
     """
     z = np.asarray(z, dtype=np.float64).ravel()
     z = z[np.isfinite(z)]
     zf = z[::-(-z.size // T_MAX_FIT_ROWS)] if z.size > T_MAX_FIT_ROWS else z
     df0 = fit_t_df(zf, max_df)
     df, floor = df0, 1.0
-    if zf.size and scale_test:
+    if zf.size:
         df1, s = fit_t(zf, max_df=max_df)
         stat = 2.0 * (t_loglik(zf, df1, s) - t_loglik(zf, df0))
-        if stat > stats.chi2.isf(T_SCALE_TEST_LEVEL, 1):
+        if stat > stats.chi2.isf(T_SCALE_TEST_LEVEL, 1) and df1 <= max_test_df:
             df, floor = df1, s * s
     unit = stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else stats.t.ppf(0.5 + level / 2, df)
     return df, loo_variance_factor(z, unit, level, floor=floor)
