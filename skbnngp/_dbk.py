@@ -335,8 +335,8 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         residuals of the rows (their finite-sample, split-conformal quantile): with the
         features fixed, row ``i`` left out has residual ``(y_i - mu_i) / (1 - s_i / d_i)``
         and variance ``d_i^2 / (d_i - s_i)`` (``s_i`` its posterior variance of ``f``,
-        ``d_i`` its noise plus correction), O(n r^2). It only widens; the mean is unchanged.
-        With ``"loo"`` the predictive stays Gaussian. ``"student_t"`` (the default since
+        ``d_i`` its noise plus correction), O(n r^2). The mean is unchanged. With ``"loo"``
+        the predictive stays Gaussian and is only widened. ``"student_t"`` (the default since
         late on 2026-11-26) first fits the degrees of freedom ``predictive_df_`` of a
         unit-scale Student-t to the same residuals by maximum likelihood (``inf``, the
         Gaussian, when nothing heavier fits better) and takes the factor at that t's
