@@ -375,8 +375,8 @@ class GPRegressorMixin(PredictDistMixin):
         variance. 1 unless ``variance_calibration`` is ``"loo"`` (see
         :func:`loo_variance_factor`) or ``"student_t"`` (also sets ``predictive_df_``; see
         :func:`student_t_calibration`). The Student-t fit reads the residuals against the
-        uncalibrated predictive's amplitude, and never chooses lighter tails than its own
-        (:meth:`Mixing.t_reference`), so ``predictive_df_`` must be ``inf`` on entry.
+        model's own amplitude (:meth:`_model_mixing`), and never chooses lighter tails than
+        its own (:meth:`Mixing.t_reference`).
         """
         self.calibration_factor_ = 1.0
         if self.variance_calibration not in ("loo", "student_t"):
@@ -384,22 +384,29 @@ class GPRegressorMixin(PredictDistMixin):
         r, v = engine.loo(state, params)
         z = to_numpy(r) / np.sqrt(np.maximum(to_numpy(v), 1e-300))[:, None]
         if self.variance_calibration == "student_t":  # the predictive made a t
-            s0, max_df = self._mixing().t_reference()  # the uncalibrated predictive's
+            s0, max_df = self._model_mixing().t_reference()
             self.predictive_df_, self.calibration_factor_ = student_t_calibration(
                 z / math.sqrt(s0), self._calibration_level, max_df=max_df)
         else:
             self.calibration_factor_ = loo_variance_factor(z, unit_quantile,
                                                            self._calibration_level)
 
+    def _model_mixing(self):
+        """The fitted model's own amplitude, before any calibration: a point mass at 1 (a
+        Gaussian process). The Student-t process overrides it with its posterior."""
+        return Mixing("delta", value=1.0)
+
     def _mixing(self):
-        """The predictive's amplitude as a scale mixture of the Gaussian: a point mass at 1,
-        or, after a Student-t calibration, ``InvGamma(df/2, df/2)`` with ``df =
-        predictive_df_`` (a Student-t at the Gaussian's scale). The Student-t process
-        overrides it with its posterior."""
-        df = getattr(self, "predictive_df_", math.inf)  # inf: Gaussian, or an older pickle
+        """The predictive's amplitude as a scale mixture of the Gaussian: the model's own
+        (:meth:`_model_mixing`) or, after a Student-t calibration, ``InvGamma(df/2, df s0 /
+        2)`` with ``df = predictive_df_`` (a Student-t at the model's squared scale ``s0``,
+        :meth:`Mixing.t_reference`)."""
+        mix = self._model_mixing()
+        df = getattr(self, "predictive_df_", math.inf)  # inf: uncalibrated, or an older pickle
         if math.isinf(df):
-            return Mixing("delta", value=1.0)
-        return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0)
+            return mix
+        s0 = mix.t_reference()[0]
+        return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0 * s0)
 
     def _variance_multiplier(self):
         return self._mixing().mean()  # inf where df <= 2: a t without a variance

@@ -24,7 +24,7 @@ from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
                     check_predict_params, clip_variances, fit_hyperparameters, input_scaling,
                     plain, transactional)
 from ._base import check_class_labels
-from ._scale_mixture import DeltaPrior, InvGammaPrior, Mixing, SampledPrior
+from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
                                     check_is_fitted, validate_data)
@@ -155,7 +155,9 @@ default="invgamma"
         so the mean, the shape of the predictive and ``log_marginal_likelihood`` are
         unchanged; it costs one O(n^3) pass over the training Cholesky factor. It only ever
         widens. ``"student_t"``: the same residuals, read against the posterior's t (divided
-        by its scale ``sqrt(posterior_scale_ / posterior_shape_)``), also set the
+        by its scale ``sqrt(posterior_scale_ / posterior_shape_)``; under a sampled prior,
+        ``"burr12"`` or a scipy one, by the posterior's mean amplitude, and the fitted t
+        then replaces the mixture in the predictive), also set the
         predictive's degrees of freedom ``predictive_df_`` by maximum likelihood, never
         above the posterior's ``df_``; the posterior's scale is kept unless a
         likelihood-ratio test at 1 % rejects it for the residuals' own; then the
@@ -518,7 +520,7 @@ prior_scale_bounds : pair of floats or "fixed"
         self.posterior_shape_ = post.params["shape"] if post.kind == "invgamma" else math.nan
         self.posterior_scale_ = post.params["scale"] if post.kind == "invgamma" else math.nan
         self.predictive_df_ = math.inf  # the evidence's predictive until the calibration
-        mix = self._mixing()
+        mix = self._model_mixing()
         self.df_ = (2 * mix.params["shape"] if mix.kind == "invgamma"
                     else (math.inf if mix.kind == "delta" else math.nan))
         self._cache = cache
@@ -639,17 +641,11 @@ prior_scale_bounds : pair of floats or "fixed"
             obj.device = self.device_
 
     # ------------------------------------------------------------------ predict
-    def _mixing(self):
+    def _model_mixing(self):
         if self.predictive_ == "posterior":
-            mix = self._posterior
-        else:
-            hp = self.hyperparameters_
-            mix = self._prior_obj.prior(hp["prior_shape"], hp["prior_scale"])
-        df = getattr(self, "predictive_df_", math.inf)  # inf: uncalibrated, or an older pickle
-        if math.isinf(df):
-            return mix
-        s0 = mix.t_reference()[0]  # the t fitted to the leave-one-out residuals
-        return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0 * s0)
+            return self._posterior
+        hp = self.hyperparameters_
+        return self._prior_obj.prior(hp["prior_shape"], hp["prior_scale"])
 
     def _latent(self, X, *, full_cov=False):
         """Unit-amplitude predictive mean (m x C) and variance (m,) or covariance (m x m)."""

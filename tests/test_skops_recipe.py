@@ -28,15 +28,15 @@ from skops.io.exceptions import UntrustedTypesFoundException  # noqa: E402
 #: Every kind of fitted model: each estimator with each inference mode, and every choice of
 #: the parameters that put objects of the package into the fitted state (activations, priors).
 KINDS = [(Est, {**FAST.get(name, {}), **mode}) for name, Est in all_estimators()
-         for mode in MODES.get(name, [dict()])]
-KINDS += [(StudentTProcessRegressor, dict(max_iter=2, activation=a))
+         for mode in MODES.get(name, [{}])]
+KINDS += [(StudentTProcessRegressor, {"max_iter": 2, "activation": a})
           for a in ("erf", "leaky_relu", "tanh", "sigmoid")]
-KINDS += [(StudentTProcessRegressor, dict(max_iter=2, prior="gaussian")),
-          (StudentTProcessClassifier, dict(max_iter=2, activation="tanh", prior="burr12",
-                                           n_samples=50)),
-          (MixedActivationGPRegressor, dict(n_anchors=10, max_iter=2,
-                                            activations=("tanh", "sigmoid", "relu",
-                                                         "leaky_relu")))]
+KINDS += [(StudentTProcessRegressor, {"max_iter": 2, "prior": "gaussian"}),
+          (StudentTProcessClassifier, {"max_iter": 2, "activation": "tanh", "prior": "burr12",
+                                       "n_samples": 50}),
+          (MixedActivationGPRegressor, {"n_anchors": 10, "max_iter": 2,
+                                        "activations": ("tanh", "sigmoid", "relu",
+                                                        "leaky_relu")})]
 
 
 def _fit(Est, params, dtype="float64"):
