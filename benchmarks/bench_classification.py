@@ -15,7 +15,8 @@ Every model is ``Pipeline([StandardScaler(), model])``. Data: the embedded ``iri
 ``breast_cancer`` and ``digits``, and two synthetic sets: ``overlap`` (3 classes,
 ``make_classification(600, 6, n_informative=4, class_sep=0.5)``) and ``imbalanced`` (binary,
 1:20, ``make_classification(1050, 8, n_informative=4, weights=[20/21])``).
-``StratifiedKFold(5, shuffle=True, random_state=0)``. Metrics: accuracy, NLL (log loss),
+``StratifiedKFold(5, shuffle=True, random_state=0)`` (``--fold-seed`` for other splits, a
+check of the defaults on splits they were not chosen on). Metrics: accuracy, NLL (log loss),
 multi-class Brier score, top-label ECE with 15 equal-width bins, fit time.
 
 ECE is reported three ways, since the per-fold figure is biased upward on small test folds
@@ -235,16 +236,19 @@ def run_task(task):
     return rec
 
 
-def build_tasks(sets, models, folds):
+def build_tasks(sets, models, folds, fold_seed=0):
     from sklearn.model_selection import StratifiedKFold
 
     tasks = []
     for ds in sets:
         X, y = load(ds)
         for fold, (tr, te) in enumerate(StratifiedKFold(folds, shuffle=True,
-                                                        random_state=0).split(X, y)):
+                                                        random_state=fold_seed).split(X, y)):
             for m in models:
-                tasks.append(({"set": ds, "split": fold, "model": m}, X, y, tr, te))
+                key = {"set": ds, "split": fold, "model": m}
+                if fold_seed:  # seed 0's keys as before: stored records stay valid
+                    key["fold_seed"] = fold_seed
+                tasks.append((key, X, y, tr, te))
     # cheap sets first, one set complete before the next: an interrupted run (see --records)
     # leaves whole sets behind
     tasks.sort(key=lambda t: len(t[3]) * t[1].shape[1])
@@ -328,7 +332,8 @@ def markdown(result):
            + (f"Wall time {result['wall_s'] / 60:.1f} min. " if result["wall_s"] is not None
               else "") + "Versions: "
            + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".", "",
-           f"`StratifiedKFold({result['folds']}, shuffle=True, random_state=0)`; every model "
+           f"`StratifiedKFold({result['folds']}, shuffle=True, "
+           f"random_state={result.get('fold_seed', 0)})`; every model "
            "`Pipeline([StandardScaler(), model])`; means over folds. Model and data details "
            "are in the docstring of `benchmarks/bench_classification.py`.", ""]
     if result.get("partial"):
@@ -417,19 +422,23 @@ def main(argv=None):
     ap.add_argument("--report-only", action="store_true",
                     help="no fits: report what --records holds (a partial run says so)")
     ap.add_argument("--partial-note", help="label written into the report of a partial run")
+    ap.add_argument("--fold-seed", type=int, default=0,
+                    help="StratifiedKFold's random_state: another seed checks the defaults "
+                         "on splits they were not chosen on (never the stored report)")
     args = ap.parse_args(argv)
-    full = not (args.quick or args.sets or args.models)
+    full = not (args.quick or args.sets or args.models or args.fold_seed)
     sets = args.sets or (["iris", "wine", "overlap"] if args.quick else list(SETS))
     models = args.models or list(MODELS)
     folds = 2 if args.quick else 5
 
     start = time.perf_counter()
-    tasks = build_tasks(sets, models, folds)
+    tasks = build_tasks(sets, models, folds, args.fold_seed)
     records = run_all(tasks, run_task, args.jobs, args.records, run=not args.report_only)
     wall = time.perf_counter() - start
     missing = len(tasks) - len(records)
     result = {"commit": git_commit(), "machine": machine(), "versions": versions(),
-              "quick": args.quick, "jobs": args.jobs, "folds": folds, 
+              "quick": args.quick, "jobs": args.jobs, "folds": folds,
+              "fold_seed": args.fold_seed,
               "wall_s": None if args.report_only else wall, "report_only": args.report_only,
               "sets": sets, "models": models,
               "partial": " ".join(filter(None, [

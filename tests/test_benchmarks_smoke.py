@@ -75,6 +75,19 @@ def test_classification_script_tiny_run(harness, tmp_path):
     assert "mean NLL" in out.with_suffix(".md").read_text()
 
 
+def test_classification_fold_seed_gives_other_splits_and_keeps_seed_zero_keys(harness):
+    bench = importlib.import_module("bench_classification")
+    zero = bench.build_tasks(["iris"], ["lr"], 5)
+    one = bench.build_tasks(["iris"], ["lr"], 5, fold_seed=1)
+    # seed 0's keys are the stored records' keys; another seed's cannot collide with them
+    assert all("fold_seed" not in t[0] for t in zero)
+    assert {harness.task_id(t[0]) for t in zero}.isdisjoint(harness.task_id(t[0]) for t in one)
+    # every row is tested once under either seed, in different folds
+    for tasks in (zero, one):
+        assert sorted(np.concatenate([t[4] for t in tasks])) == list(range(150))
+    assert any(not np.array_equal(a[4], b[4]) for a, b in zip(zero, one))
+
+
 def test_classification_ece_pvalue_separates_calibrated_from_overconfident(harness):
     bench = importlib.import_module("bench_classification")
     rng = np.random.default_rng(1)
