@@ -53,7 +53,7 @@ def run(name, seed, inner_folds=5):
         default = StudentTProcessRegressor(device="cpu", random_state=0).fit(Xtr, ytr)
         scores["loo"].append(_score(default.predict_dist(Xte), y[te]))
 
-        plain = dict(device="cpu", random_state=0, variance_calibration=None)
+        plain = {"device": "cpu", "random_state": 0, "variance_calibration": None}
         loc, scale, df_model = _t(StudentTProcessRegressor(**plain).fit(Xtr, ytr), Xte)
         z = []
         for itr, ite in KFold(inner_folds, shuffle=True, random_state=0).split(Xtr):
