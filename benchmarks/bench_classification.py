@@ -32,6 +32,7 @@ ECE is reported three ways, since the per-fold figure is biased upward on small 
   ``N_PVALUE_DRAWS`` such calibrated draws whose ECE reaches the observed one.
 
 Ablations (``--models`` only): ``fidgp_none``, ``fidgp_temp`` (FiD-GP's ``calibration``),
+``fidgp_trefit`` (temperature scaling with ``refit=True``),
 ``stpc_alpha10`` (the Student-t classifier's old ``alpha_bounds``) and ``stpc_shared``
 (``ard=False``, the Student-t classifier's default before ``ard="auto"``).
 
@@ -77,11 +78,13 @@ MODELS = ("stpc", "fidgp", "lr", "gpc", "mlp", "ensemble")
 #: Ablations (``--models`` only; not in the full run): name -> (model, parameters)
 VARIANTS = {"fidgp_none": ("fidgp", {"calibration": None}),
             "fidgp_temp": ("fidgp", {"calibration": "temperature"}),
+            "fidgp_trefit": ("fidgp", {"calibration": "temperature", "refit": True}),
             "stpc_alpha10": ("stpc", {"alpha_bounds": (1e-6, 10.0)}),
             "stpc_shared": ("stpc", {"ard": False})}
 LABELS = {"stpc": "StudentTProcessClassifier", "fidgp": "FiDGPClassifier",
           "fidgp_none": "FiD-GP, calibration=None",
           "fidgp_temp": "FiD-GP, calibration='temperature'",
+          "fidgp_trefit": "FiD-GP, calibration='temperature', refit=True",
           "stpc_alpha10": "Student-t, alpha_bounds=(1e-6, 10)",
           "stpc_shared": "Student-t, ard=False",
           "lr": "LogisticRegression", "gpc": "sklearn GP classifier",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import numbers
 import warnings
@@ -257,6 +258,12 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     validation_fraction : float in (0, 1), default=0.1
         Rows held out to fit ``T`` (``calibration="temperature"`` only); at least one per
         class.
+    refit : bool, default=False
+        With ``calibration="temperature"``: after ``T`` is fitted on the held-out rows,
+        train the network again on every row and keep ``T`` (the held-out stage draws from
+        a copy of the random state, so the final network, its predicted classes and
+        :meth:`ood_score` are those of ``calibration=None``). The held-out rows then cost no
+        training data, for about twice the fit time. Ignored without ``calibration``.
     scale_inputs : bool, default=True
         Standardise the features with the training mean and std.
     device : str or torch.device, default="auto"
@@ -374,6 +381,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         "ood_max_fit_samples": [Interval(numbers.Integral, 1, None, closed="left")],
         "calibration": [StrOptions({"temperature"}), None],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "refit": ["boolean"],
         "scale_inputs": ["boolean"],
         "device": DEVICE_CONSTRAINT,
         "dtype": DTYPE_CONSTRAINT,
@@ -394,8 +402,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                  ood_energy=0.99, ood_projector="mlp",
                  ood_projector_hidden=128, ood_projector_steps=300, ood_projector_lr=1e-3,
                  ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, calibration=None,
-                 validation_fraction=0.1, scale_inputs=True, device="auto", dtype="float32",
-                 random_state=None, verbose=0):
+                 validation_fraction=0.1, refit=False, scale_inputs=True, device="auto",
+                 dtype="float32", random_state=None, verbose=0):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.fid_layers = fid_layers
@@ -443,6 +451,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.ood_max_fit_samples = ood_max_fit_samples
         self.calibration = calibration
         self.validation_fraction = validation_fraction
+        self.refit = refit
         self.scale_inputs = scale_inputs
         self.device = device
         self.dtype = dtype
@@ -599,13 +608,28 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=4)
-        val = None
+        temperature, val_nll = 1.0, None
         if self.calibration == "temperature":
             train, val = self._validation_split(y_idx, len(classes), int(seeds[3]))
-            X_val, y_val = X[val], y_idx[val]
-            X, y_idx = X[train], y_idx[train]
+            # with refit, the held-out stage draws from a copy of the generator, so the final
+            # network below is the very one calibration=None trains
+            net, Xt = self._fit_network(X[train], y_idx[train], len(classes),
+                                        copy.deepcopy(rng) if self.refit else rng, seeds,
+                                        device, dtype)
+            logits = self._draw_logits(as_tensor(self._scale(X[val]), device, dtype),
+                                       self.n_predict_samples, self._predict_seed)
+            temperature, val_nll = fit_temperature(to_numpy(logits), y_idx[val])
+        if self.calibration is None or self.refit:
+            net, Xt = self._fit_network(X, y_idx, len(classes), rng, seeds, device, dtype)
+        self.temperature_, self.validation_nll_ = temperature, val_nll
+        self._fit_ood(net, Xt, rng, int(seeds[3]))
+        return self
+
+    def _fit_network(self, X, y_idx, n_classes, rng, seeds, device, dtype):
+        """Train a network on ``(X, y_idx)`` and set the fitted attributes that describe it;
+        returns the network and the scaled training inputs (for the OoD set-up)."""
         self._x_offset, self._x_scale = input_scaling(X, "standard", self.scale_inputs)
-        plan = self._layer_plan(X.shape[1], len(classes))
+        plan = self._layer_plan(X.shape[1], n_classes)
         net = self._build_network(plan, int(seeds[0]), device, dtype)
         Xt = as_tensor(self._scale(X), device, dtype)
         yt = torch.as_tensor(y_idx, device=device, dtype=torch.long)
@@ -619,13 +643,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         with torch.no_grad():
             net.sample_weights(make_generator(int(seeds[2]), "cpu"), self.sampling)
             self.kl_ = to_float(net.kl()) / X.shape[0]
-        self.temperature_, self.validation_nll_ = 1.0, None
-        if val is not None:
-            logits = self._draw_logits(as_tensor(self._scale(X_val), device, dtype),
-                                       self.n_predict_samples, self._predict_seed)
-            self.temperature_, self.validation_nll_ = fit_temperature(to_numpy(logits), y_val)
-        self._fit_ood(net, Xt, rng, int(seeds[3]))
-        return self
+        return net, Xt
 
     def _validation_split(self, y_idx, n_classes, seed):
         """Row indices (train, validation): stratified, at least one validation row per

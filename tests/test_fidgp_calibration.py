@@ -156,6 +156,37 @@ def test_no_calibration_keeps_every_row_and_temperature_one():
     np.testing.assert_allclose(clf.predict_proba(X), P.mean(axis=0), rtol=1e-10)
 
 
+def test_refit_keeps_the_held_out_temperature_and_the_uncalibrated_network(fitted):
+    # the held-out stage of refit=True is the refit=False fit (same split, same draws); the
+    # final network is calibration=None's, trained on every row
+    blob, X, y = fitted
+    held_out = pickle.loads(blob)
+    params = {**SMALL, "validation_fraction": 0.2}
+    refit = FiDGPClassifier(calibration="temperature", refit=True, **params).fit(X, y)
+    plain = FiDGPClassifier(calibration=None, **params).fit(X, y)
+    assert refit.temperature_ == held_out.temperature_ != 1.0
+    assert refit.validation_nll_ == held_out.validation_nll_
+    np.testing.assert_allclose(refit._x_offset, X.mean(axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(refit.ood_score(X), plain.ood_score(X))
+    np.testing.assert_array_equal(refit.sample_proba(X).argmax(axis=2),
+                                  plain.sample_proba(X).argmax(axis=2))
+    logits = refit._draw_logits(refit._input(X), refit.n_predict_samples,
+                                refit._predict_seed).numpy()
+    np.testing.assert_allclose(refit.predict_proba(X),
+                               _softmax(logits / refit.temperature_).mean(axis=0),
+                               rtol=1e-10, atol=1e-12)
+    refit.temperature_ = 1.0
+    np.testing.assert_allclose(refit.predict_proba(X), plain.predict_proba(X), rtol=1e-12)
+
+
+def test_refit_without_calibration_is_the_plain_fit():
+    X, y = load_iris(return_X_y=True)
+    a = FiDGPClassifier(refit=True, **SMALL).fit(X, y)
+    b = FiDGPClassifier(**SMALL).fit(X, y)
+    assert a.temperature_ == 1.0 and a.validation_nll_ is None
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+
+
 def test_temperature_needs_two_rows_of_every_class():
     X, y = load_iris(return_X_y=True)
     X, y = np.vstack([X[:100], X[100:101]]), np.concatenate([y[:100], y[100:101]])
