@@ -264,6 +264,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         a copy of the random state, so the final network, its predicted classes and
         :meth:`ood_score` are those of ``calibration=None``). The held-out rows then cost no
         training data, for about twice the fit time. Ignored without ``calibration``.
+        Measured on ``bench_classification.py``'s six sets: mean NLL 0.111 against the
+        default's 0.113 (iris 0.095 against 0.112, but breast_cancer 0.089 against 0.079);
+        see the User Guide.
     scale_inputs : bool, default=True
         Standardise the features with the training mean and std.
     device : str or torch.device, default="auto"
