@@ -64,7 +64,7 @@ def run(name, seed, inner_folds=5):
         scale = scale * np.sqrt(factor)
         dist = stats.norm(loc, scale) if np.isinf(df) else stats.t(df, loc, scale)
         scores["cv"].append(_score(dist, y[te]))
-    return {k: tuple(np.mean(v, axis=0).round(3)) for k, v in scores.items()}
+    return {k: tuple(float(x) for x in np.mean(v, axis=0).round(3)) for k, v in scores.items()}
 
 
 def main(argv=None):
