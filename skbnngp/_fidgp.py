@@ -618,7 +618,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             # network below is the very one calibration=None trains
             net, Xt = self._fit_network(X[train], y_idx[train], len(classes),
                                         copy.deepcopy(rng) if self.refit else rng, seeds,
-                                        device, dtype)
+                                        device, dtype,
+                                        stage=" (temperature stage)" if self.refit else "")
             logits = self._draw_logits(as_tensor(self._scale(X[val]), device, dtype),
                                        self.n_predict_samples, self._predict_seed)
             temperature, val_nll = fit_temperature(to_numpy(logits), y_idx[val])
@@ -628,15 +629,16 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self._fit_ood(net, Xt, rng, int(seeds[3]))
         return self
 
-    def _fit_network(self, X, y_idx, n_classes, rng, seeds, device, dtype):
+    def _fit_network(self, X, y_idx, n_classes, rng, seeds, device, dtype, stage=""):
         """Train a network on ``(X, y_idx)`` and set the fitted attributes that describe it;
-        returns the network and the scaled training inputs (for the OoD set-up)."""
+        returns the network and the scaled training inputs (for the OoD set-up). ``stage``
+        labels the progress and warnings of a network that is not the final one."""
         self._x_offset, self._x_scale = input_scaling(X, "standard", self.scale_inputs)
         plan = self._layer_plan(X.shape[1], n_classes)
         net = self._build_network(plan, int(seeds[0]), device, dtype)
         Xt = as_tensor(self._scale(X), device, dtype)
         yt = torch.as_tensor(y_idx, device=device, dtype=torch.long)
-        self._train(net, Xt, yt, y_idx, rng, int(seeds[1]))
+        self._train(net, Xt, yt, y_idx, rng, int(seeds[1]), stage)
         self.model_plan_ = plan
         self.model_ = net.eval()
         self.inducing_shapes_ = list(plan["shapes"])
@@ -666,8 +668,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         train = np.setdiff1d(np.arange(len(y_idx)), val)
         return train, val
 
-    def _train(self, net, Xt, yt, y_idx, rng, seed):
-        name = type(self).__name__
+    def _train(self, net, Xt, yt, y_idx, rng, seed, stage=""):
+        name = type(self).__name__ + stage
         n, E = Xt.shape[0], self.max_iter
         gen = make_generator(seed, "cpu")  # host draws: the same on every device
         net.holder.generator = gen

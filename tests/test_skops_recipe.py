@@ -23,7 +23,7 @@ from skbnngp.utils import all_estimators, skops_trusted_types
 from .test_persistence import FAST, MODES, _assert_same_outputs, _data, _outputs
 
 sio = pytest.importorskip("skops.io")
-from skops.io.exceptions import UntrustedTypesFoundException  # noqa: E402
+from skops.io.exceptions import UntrustedTypesFoundException
 
 #: Every kind of fitted model: each estimator with each inference mode, and every choice of
 #: the parameters that put objects of the package into the fitted state (activations, priors).
