@@ -46,12 +46,30 @@ TILED_DEVICES = ("cuda",)
 #: a GPU, small enough that a kernel tile's autograd graph (about 30 temporaries) stays near
 #: 1 GB.
 ADJOINT_TILE = 2048
+#: Temporaries of a kernel tile's autograd graph, in tiles (what :func:`_adjoint_tile` budgets).
+GRAPH_TEMPORARIES = 30
 
 
 def _block(X, block):
     """``block`` or the device's block size for tensors like ``X``."""
     return block if block is not None else block_elements(X.device,
                                                           element_bytes=X.element_size())
+
+
+def _adjoint_tile(n, block):
+    """Rows of a tile of the tiled adjoint for ``n`` training rows.
+
+    As large as the row-block budget allows (``block`` kernel entries with the block's 12
+    temporaries, i.e. :func:`~._chunks.block_elements`' share of the free device memory, held
+    by a tile's graph of :data:`GRAPH_TEMPORARIES`), at most :data:`ADJOINT_TILE`. Every tile
+    pair costs a kernel evaluation and its backward, about 150 small kernel launches
+    whatever the tile's size, so small tiles made the gradient launch-bound on a GPU: at
+    2,000 rows, tiles of 256 rows meant 36 pairs and 0.17 s per gradient on an H100 (issue
+    19's GPU figures). At least an eighth of the rows (and 256), as before, where the budget
+    is smaller.
+    """
+    budget = math.isqrt(max(1, int(block) * 12 // GRAPH_TEMPORARIES))
+    return min(ADJOINT_TILE, max(256, n // 8, budget))
 
 
 def _inverse_from_cholesky(L):
@@ -227,9 +245,7 @@ class ExactGP:
         no n x n adjoint is held.
         """
         L, dual, n = st["L"], st["dual"], self.n
-        # an eighth of the rows (at least 256) below n = 16,384, so that the kernel tiles'
-        # graphs stay small next to L and L^-1 at small n too
-        t = min(ADJOINT_TILE, max(256, n // 8))
+        t = _adjoint_tile(n, self.block)
         gl, gq = float(g_l), float(g_q)  # one host read per evaluation, none in the loop
         with torch.no_grad():
             Li = inverse_lower(L, t)

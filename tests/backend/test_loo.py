@@ -69,12 +69,13 @@ def test_tiled_exact_loo_equals_refitting(monkeypatch):
     np.testing.assert_allclose(v.numpy(), v_bf, rtol=1e-7)
 
 
+@pytest.mark.parametrize("tile", [6, 2048])
 @pytest.mark.parametrize("relative_noise", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_tiled_gradient_equals_dense_for_two_targets(relative_noise, dtype, monkeypatch):
-    """The tiled gradient (the CUDA route, forced on the CPU with ragged 6-row tiles) equals
-    the dense adjoint's for two targets, with and without a noise relative to the kernel's
-    mean diagonal, in float64 and float32."""
+def test_tiled_gradient_equals_dense_for_two_targets(relative_noise, dtype, tile, monkeypatch):
+    """The tiled gradient (the CUDA route, forced on the CPU with ragged 6-row tiles, or one
+    tile holding every row) equals the dense adjoint's for two targets, with and without a
+    noise relative to the kernel's mean diagonal, in float64 and float32."""
     import skbnngp._backend._gp as gp_module
 
     monkeypatch.setattr(gp_module, "KEEP_GRAPH_ELEMENTS", 0)
@@ -84,11 +85,31 @@ def test_tiled_gradient_equals_dense_for_two_targets(relative_noise, dtype, monk
     eng = ExactGP(_rbf, _unpack, X, Y, relative_noise=relative_noise)
     v0, g0 = eng.value_and_grad(raw)
     monkeypatch.setattr(gp_module, "TILED_DEVICES", ("cpu",))
-    monkeypatch.setattr(gp_module, "ADJOINT_TILE", 6)
+    monkeypatch.setattr(gp_module, "ADJOINT_TILE", tile)
+    assert (gp_module._adjoint_tile(eng.n, eng.block) >= eng.n) == (tile >= eng.n)  # one tile
     v1, g1 = eng.value_and_grad(raw)
     tol = 1e-10 if dtype == torch.float64 else 2e-4
     assert float(v1) == pytest.approx(float(v0), rel=1e-12)  # the same factorisation, recomputed
     np.testing.assert_allclose(g1.numpy(), g0.numpy(), rtol=tol, atol=tol * float(g0.abs().max()))
+
+
+def test_adjoint_tile_grows_with_the_memory_budget(monkeypatch):
+    """The tiled adjoint's tile is as large as the row-block budget allows (a GPU's budget
+    gives 2,000 rows one tile, where an eighth of the rows gave 36 launch-bound tile pairs),
+    never above ADJOINT_TILE, and never below an eighth of the rows or 256."""
+    import skbnngp._backend._gp as gp_module
+    from skbnngp._backend._chunks import CPU_BLOCK_ELEMENTS, block_elements
+
+    tile = gp_module._adjoint_tile
+    gpu = block_elements("cuda", mem_get_info=lambda dev: (70 * 2**30, 80 * 2**30))
+    assert tile(2000, gpu) >= 2000
+    assert tile(5000, gpu) == tile(50_000, gpu) == gp_module.ADJOINT_TILE == 2048
+    cpu = tile(2000, CPU_BLOCK_ELEMENTS)  # the smallest budget: a tile graph within it
+    assert 256 <= cpu < 2000
+    assert cpu**2 * gp_module.GRAPH_TEMPORARIES <= CPU_BLOCK_ELEMENTS * 12
+    assert tile(100, 1) == 256 and tile(8 * 300, 1) == 300
+    monkeypatch.setattr(gp_module, "ADJOINT_TILE", 7)
+    assert tile(2000, gpu) == 7
 
 
 def test_nystrom_loo_equals_refitting_under_the_low_rank_kernel():
