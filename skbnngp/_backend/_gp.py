@@ -62,11 +62,11 @@ def _adjoint_tile(n, block):
     As large as the row-block budget allows (``block`` kernel entries with the block's 12
     temporaries, i.e. :func:`~._chunks.block_elements`' share of the free device memory, held
     by a tile's graph of :data:`GRAPH_TEMPORARIES`), at most :data:`ADJOINT_TILE`. Every tile
-    pair costs a kernel evaluation and its backward, about 150 small kernel launches
-    whatever the tile's size, so small tiles made the gradient launch-bound on a GPU: at
-    2,000 rows, tiles of 256 rows meant 36 pairs and 0.17 s per gradient on an H100 (issue
-    19's GPU figures). At least an eighth of the rows (and 256), as before, where the budget
-    is smaller.
+    pair costs a kernel evaluation and its backward, the same number of small kernel
+    launches whatever the tile's size, so small tiles made the gradient launch-bound on a
+    GPU: at 2,000 rows, tiles of 256 rows meant 36 pairs and 0.14-0.17 s per gradient on an
+    H100, against 0.013-0.019 s with one tile (``benchmarks/results/bench_gpu.md``, fourth
+    loan). At least an eighth of the rows (and 256), as before, where the budget is smaller.
     """
     budget = math.isqrt(max(1, int(block) * 12 // GRAPH_TEMPORARIES))
     return min(ADJOINT_TILE, max(256, n // 8, budget))
