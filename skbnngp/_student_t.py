@@ -186,8 +186,8 @@ default="invgamma"
         leave-one-out log predictive densities beat the shared kernel's by more than two
         standard errors of the paired differences (and by at least 0.001 nats a row), the
         rule of :class:`StudentTProcessClassifier`; with one feature it means ``False``.
-        It costs a second fit. Not the default, by measurement (``bench_uncertainty.py``,
-        User Guide "ARD or not"): it mends ARD's over-fit on small sets (cpu_performance,
+        It costs a second fit. Not the default, by measurement (``bench_uncertainty.py``;
+        User Guide, "The Student-t calibration"): it mends ARD's over-fit on small sets (cpu_performance,
         167 rows: 95 % coverage 0.957 / 0.943 / 0.928 at fold seeds 0-2 against 0.924 /
         0.914 / 0.918) and ties on concrete, but loses the auto_mpg extrapolation split
         (2.276 against 2.167), and the mean test NLPD over the interpolation sets moves by
