@@ -64,7 +64,8 @@ Sections (``--sections``):
 * ``extrap``: each real set sorted by the feature with the largest |corr| with y, trained on
   the lower 80 %, tested on the top 20 %; plus ``gap`` tested inside the gap (-1, 1);
 * ``extrap_seeds``: the same splits, the network models (the three DBKs, Rich-BLL, BLL,
-  laplace-torch, the ensemble) refitted with ``random_state`` 0-4: with one split per set,
+  laplace-torch, the ensemble) refitted with ``random_state`` 0-9 (5-9 added in stop 39):
+  with one split per set,
   one network seed decides much of an extrapolation score, so the Rich-BLL claims are
   judged on the means over the seeds;
 * ``concrete20``: the protocol of Lakshminarayanan et al. 2017 (Table 1) on concrete: 20
@@ -151,7 +152,9 @@ FOLD_SEED_MODELS = ("stp", "stp_auto", "mixed", "dbk", "dbk_loo", "richbll", "ri
 #: and batches), refitted with these ``random_state`` values on the extrapolation splits.
 NETWORK_MODELS = ("dbk", "dbk_nocal", "dbk_paper", "dbk_ev0", "richbll", "richbll_nocal", "bll",
                   "bll_nocal", "laplace", "ensemble")
-EXTRAP_SEEDS = (0, 1, 2, 3, 4)
+EXTRAP_SEEDS = tuple(range(10))
+#: ``cv_seeds``: the network seeds of the synthetic sets' folds.
+CV_SEEDS = (0, 1, 2, 3, 4)
 SVGP_MIN_ROWS = 5000
 PUBLISHED_CONCRETE = {"MC dropout": "3.04 ± 0.02", "deep ensembles": "3.06 ± 0.18",
                       "PBP": "3.16 ± 0.02"}
@@ -472,7 +475,7 @@ def build_tasks(args):
             for fold, (tr, te) in enumerate(KFold(folds, shuffle=True,
                                                   random_state=0).split(X)):
                 for m in [m for m in models_for(len(tr)) if m in NETWORK_MODELS]:
-                    for seed in EXTRAP_SEEDS:
+                    for seed in CV_SEEDS:
                         tasks.append(({"section": "cv_seeds", "set": ds, "split": fold,
                                        "seed": seed, "model": m}, X, y, tr, te, args.quick))
     if "cv_folds" in args.sections:  # the cv section at other fold seeds
@@ -597,11 +600,11 @@ def _coverage_miss(v):
     return not COVERAGE_OK[0] <= round(v, 9) <= COVERAGE_OK[1]
 
 
-def _seeds_tables(sec, what, where, intro):
-    """Markdown lines of a section refitted over :data:`EXTRAP_SEEDS`: its title, NLPD and
-    95 % coverage, each the mean over the seeds (and folds)."""
+def _seeds_tables(sec, what, where, intro, seeds):
+    """Markdown lines of a section refitted over ``seeds``: its title, NLPD and 95 %
+    coverage, each the mean over the seeds (and folds)."""
     return ["", (f"## {what} over network seeds ({where}; the network models refitted "
-                 f"with random_state {EXTRAP_SEEDS[0]}-{EXTRAP_SEEDS[-1]})"), "", intro, "",
+                 f"with random_state {seeds[0]}-{seeds[-1]})"), "", intro, "",
             "### Test NLPD, mean over the seeds", "", *_metric_table(sec, "nlpd", ".3f"),
             "", "### 95 % coverage, mean over the seeds (misses in bold)", "",
             *_metric_table(sec, "coverage_95", ".3f", mark=_coverage_miss, mean_col=False)]
@@ -728,10 +731,11 @@ def markdown(result):
         sec = s["cv_seeds"]
         out += _seeds_tables(sec, "Interpolation", "the synthetic sets' folds above",
                              "The cross-validation above fits one network seed; here each "
-                             "cell is the mean over the five folds and the five seeds.")
+                             "cell is the mean over the five folds and the five seeds.",
+                             CV_SEEDS)
         out += ["", "### 95 % coverage of each seed (mean over the folds)", "",
-                "| model | set | " + " | ".join(f"seed {k}" for k in EXTRAP_SEEDS) + " |",
-                "|---|---|" + "---:|" * len(EXTRAP_SEEDS)]
+                "| model | set | " + " | ".join(f"seed {k}" for k in CV_SEEDS) + " |",
+                "|---|---|" + "---:|" * len(CV_SEEDS)]
         per = {}
         for r in result["records"]:
             if r["section"] == "cv_seeds" and not r["error"]:
@@ -739,10 +743,10 @@ def markdown(result):
                     r["metrics"]["coverage_95"])
         for m in sec["models"]:
             for st in sec["sets"]:
-                if any((m, st, k) in per for k in EXTRAP_SEEDS):
+                if any((m, st, k) in per for k in CV_SEEDS):
                     out.append(f"| {LABELS[m]} | {st} | " + " | ".join(
                         fmt(mean_or_nan(per.get((m, st, k), [])), ".3f")
-                        for k in EXTRAP_SEEDS) + " |")
+                        for k in CV_SEEDS) + " |")
     if "cv_folds" in s:
         out += _fold_seed_section(result, s)
     if "extrap" in s:
@@ -765,7 +769,7 @@ def markdown(result):
         sec = s["extrap_seeds"]
         out += _seeds_tables(sec, "Extrapolation", "the splits above",
                              "One split per set, so a single seed's network decides much of "
-                             "the score above.")
+                             "the score above.", EXTRAP_SEEDS)
         table, _ = cell_table(result["records"], "extrap_seeds")
         rb = table.get("richbll", {})
         for other in ("bll", "laplace"):

@@ -187,7 +187,7 @@ def test_uncertainty_cv_seeds_refits_the_network_models_on_the_synthetic_folds(h
     keys = [t[0] for t in tasks]
     assert {(k["set"], k["model"]) for k in keys} == {("smooth", "dbk")}
     pairs = sorted((k["split"], k["seed"]) for k in keys)
-    assert pairs == [(f, s) for f in range(2) for s in bench.EXTRAP_SEEDS]  # 2 quick folds
+    assert pairs == [(f, s) for f in range(2) for s in bench.CV_SEEDS]  # 2 quick folds
     # each task's test rows are its fold's, and the seed reaches the model
     fold0 = [t for t in tasks if t[0]["split"] == 0]
     assert all(np.array_equal(t[4], fold0[0][4]) for t in fold0)
