@@ -130,11 +130,15 @@ def test_uncertainty_extrap_seeds_refits_only_the_network_models(harness, monkey
 def test_uncertainty_extrap_seeds_report_counts_wins_over_the_seed_means(harness, tmp_path):
     bench = importlib.import_module("bench_uncertainty")
     records = tmp_path / "r.jsonl"
-    # Rich-BLL wins on 3 of 5 seeds but loses the mean (one bad seed): the set is a loss
-    nlpd = {"richbll": [1.0, 1.0, 1.0, 9.0, 2.0], "bll": [2.0, 2.0, 2.0, 2.0, 1.0]}
+    # Rich-BLL wins on 3 of every 5 seeds but loses the mean (one bad seed in five): the set
+    # is a loss
+    k = len(bench.EXTRAP_SEEDS)
+    nlpd = {"richbll": ([1.0, 1.0, 1.0, 9.0, 2.0] * k)[:k],
+            "bll": ([2.0, 2.0, 2.0, 2.0, 1.0] * k)[:k]}
+    wins = sum(a < b for a, b in zip(nlpd["richbll"], nlpd["bll"]))
     with records.open("w") as f:
         for model, values in nlpd.items():
-            for seed, v in enumerate(values):
+            for seed, v in zip(bench.EXTRAP_SEEDS, values):
                 key = {"section": "extrap_seeds", "set": "gap", "split": seed, "model": model}
                 metrics = {k: 0.5 for k in bench.METRICS}
                 metrics.update(nlpd=v, coverage_95=0.95)
@@ -147,7 +151,7 @@ def test_uncertainty_extrap_seeds_report_counts_wins_over_the_seed_means(harness
     text = out.with_suffix(".md").read_text()
     assert "Extrapolation over network seeds" in text
     assert ("below RichBLLRegressor(uncertainty='bll'): on 0 of 1 sets in the mean over the "
-            "seeds (target: most); on 3 of 5 set-seed pairs.") in text
+            f"seeds (target: most); on {wins} of {k} set-seed pairs.") in text
 
 
 def test_fidgp_variants_archive_keeps_earlier_rows_with_their_base(harness):
