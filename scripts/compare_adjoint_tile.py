@@ -39,12 +39,12 @@ def run(kind, n, old, device, timeout):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return dict(model=kind, n=n, tile_rule="old" if old else "new",
-                    error=f"timeout after {timeout} s")
+        return {"model": kind, "n": n, "tile_rule": "old" if old else "new",
+                "error": f"timeout after {timeout} s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if not lines:
-        return dict(model=kind, n=n, tile_rule="old" if old else "new",
-                    error=(out.stderr.strip().splitlines() or ["?"])[-1][:300])
+        return {"model": kind, "n": n, "tile_rule": "old" if old else "new",
+                "error": (out.stderr.strip().splitlines() or ["?"])[-1][:300]}
     row = json.loads(lines[-1][7:])
     row["wall_s"] = time.perf_counter() - t0
     return row
