@@ -21,9 +21,9 @@ def fitted():
     return est, X
 
 
-@pytest.mark.parametrize("change", [dict(dtype="float32"), dict(jitter=0.1),
-                                    dict(activations=("relu",)), dict(approx="exact"),
-                                    dict(input_scaling="standard"), dict(preset="paper")])
+@pytest.mark.parametrize("change", [{"dtype": "float32"}, {"jitter": 0.1},
+                                    {"activations": ("relu",)}, {"approx": "exact"},
+                                    {"input_scaling": "standard"}, {"preset": "paper"}])
 def test_set_params_then_pickle_predicts_as_fitted(fitted, change):
     est, X = fitted
     est = pickle.loads(pickle.dumps(est))

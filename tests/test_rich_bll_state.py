@@ -18,9 +18,9 @@ def fitted():
     return est, X
 
 
-@pytest.mark.parametrize("change", [dict(uncertainty="bll"), dict(uncertainty="ntk"),
-                                    dict(dtype="float32"), dict(activation="tanh"),
-                                    dict(prior_variance=7.0), dict(projection_ridge=0.5)])
+@pytest.mark.parametrize("change", [{"uncertainty": "bll"}, {"uncertainty": "ntk"},
+                                    {"dtype": "float32"}, {"activation": "tanh"},
+                                    {"prior_variance": 7.0}, {"projection_ridge": 0.5}])
 def test_set_params_then_pickle_predicts_as_fitted(fitted, change):
     est, X = fitted
     est = pickle.loads(pickle.dumps(est))
