@@ -15,7 +15,9 @@ Models (``--models``):
   2026-11-26), ``stp_loo`` the same with ``variance_calibration="loo"`` (the t-process's
   own t widened, the default before; cv, extrap and concrete20), ``stp_auto`` the default
   with ``ard="auto"`` (ARD only where its leave-one-out densities beat the shared kernel's;
-  cv, cv_folds, extrap and concrete20), ``mixed``
+  cv, cv_folds, extrap and concrete20), ``stp_noprior`` the default with
+  ``relevance_prior=None`` (the ARD relevances by maximum evidence, the default before
+  2026-11-27; cv, cv_folds, extrap and concrete20), ``mixed``
   ``MixedActivationGPRegressor`` (its default
   ``variance_calibration="student_t"``: the leave-one-out residuals also choose a
   Student-t predictive, since later on 2026-11-26), ``mixed_loo`` the same with
@@ -120,11 +122,12 @@ from _harness import (  # noqa: E402
 REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
 SYNTHETIC = ("smooth", "step", "heteroscedastic", "heavy_tailed", "gap")
 SETS = REAL + SYNTHETIC
-MODELS = ("stp", "stp_auto", "stp_loo", "stp_nocal", "mixed", "mixed_loo", "mixed_nocal", "dbk", "dbk_loo", "dbk_nocal", "dbk_paper", "dbk_ev0",
+MODELS = ("stp", "stp_auto", "stp_noprior", "stp_loo", "stp_nocal", "mixed", "mixed_loo", "mixed_nocal", "dbk", "dbk_loo", "dbk_nocal", "dbk_paper", "dbk_ev0",
           "richbll", "richbll_nocal", "richbll_cal", "bll", "bll_nocal", "gpr", "svgp",
           "laplace", "ensemble")
 LABELS = {"stp": "StudentTProcessRegressor",
           "stp_auto": "StudentTProcessRegressor(ard='auto')",
+          "stp_noprior": "StudentTProcessRegressor(relevance_prior=None)",
           "stp_loo": "StudentTProcessRegressor(variance_calibration='loo')",
           "stp_nocal": "StudentTProcessRegressor(variance_calibration=None)",
           "mixed": "MixedActivationGPRegressor",
@@ -147,7 +150,7 @@ SECTIONS = ("cv", "cv_seeds", "cv_folds", "extrap", "extrap_seeds", "concrete20"
 #: ``cv_folds``: the fold seeds (``KFold``'s ``random_state``) beside the ``cv`` section's 0,
 #: and the models refitted on them (the package's default regressors and the reference GP).
 FOLD_SEEDS = (1, 2)
-FOLD_SEED_MODELS = ("stp", "stp_auto", "mixed", "dbk", "dbk_loo", "richbll", "richbll_nocal", "gpr")
+FOLD_SEED_MODELS = ("stp", "stp_auto", "stp_noprior", "mixed", "dbk", "dbk_loo", "richbll", "richbll_nocal", "gpr")
 #: ``extrap_seeds``: the models whose fit depends on the seed (a network's initialisation
 #: and batches), refitted with these ``random_state`` values on the extrapolation splits.
 NETWORK_MODELS = ("dbk", "dbk_nocal", "dbk_paper", "dbk_ev0", "richbll", "richbll_nocal", "bll",
@@ -357,6 +360,8 @@ def make_model(name, n_features, quick=False, seed=0):
     model = {
         "stp": lambda: skbnngp.StudentTProcessRegressor(**common),
         "stp_auto": lambda: skbnngp.StudentTProcessRegressor(ard="auto", **common),
+        "stp_noprior": lambda: skbnngp.StudentTProcessRegressor(relevance_prior=None,
+                                                                **common),
         "stp_loo": lambda: skbnngp.StudentTProcessRegressor(variance_calibration="loo",
                                                             **common),
         "stp_nocal": lambda: skbnngp.StudentTProcessRegressor(variance_calibration=None,
