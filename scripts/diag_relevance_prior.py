@@ -34,10 +34,10 @@ from sklearn.preprocessing import StandardScaler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from bench_student_t import make_data  # noqa: E402
-from bench_uncertainty import extrapolation_split, load  # noqa: E402
+from bench_student_t import make_data
+from bench_uncertainty import extrapolation_split, load
 
-from skbnngp import StudentTProcessRegressor  # noqa: E402
+from skbnngp import StudentTProcessRegressor
 
 
 def _tau(text):
