@@ -740,6 +740,9 @@ prior_scale_bounds : pair of floats or "fixed"
     def __setstate__(self, state):
         state = dict(state)
         state.pop("L_", None)  # saved by versions before L_ was read on demand
+        # saved before relevance_prior existed: those fits were maximum evidence (None), and
+        # get_params / clone / repr need the attribute
+        state.setdefault("relevance_prior", None)
         super().__setstate__(state)
         obj = self.__dict__.get("_prior_obj")
         if isinstance(obj, SampledPrior):

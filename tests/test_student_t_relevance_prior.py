@@ -5,6 +5,7 @@ posteriori (issue 19: maximum-evidence relevances over-fit 167 rows of cpu_perfo
 import numpy as np
 import pytest
 import torch
+from sklearn.base import clone
 
 from skbnngp import StudentTProcessClassifier, StudentTProcessRegressor
 from skbnngp._student_t import HYPERPARAMETERS
@@ -112,3 +113,16 @@ def test_bad_relevance_prior_is_refused(few_rows, bad):
     X, y = few_rows
     with pytest.raises((ValueError, TypeError), match="relevance_prior"):
         _fit(X, y, relevance_prior=bad)
+
+
+def test_a_model_saved_before_the_prior_existed_loads_as_maximum_evidence(few_rows):
+    X, y = few_rows
+    reg = _fit(X, y, relevance_prior=None)
+    state = reg.__getstate__()
+    del state["relevance_prior"]  # what a pickle of an earlier version holds
+    old = StudentTProcessRegressor.__new__(StudentTProcessRegressor)
+    old.__setstate__(state)
+    assert old.get_params()["relevance_prior"] is None
+    assert_same_predictions(old.predict(X[:10]), reg.predict(X[:10]))
+    refit = clone(old).fit(X, y)
+    np.testing.assert_array_equal(refit.relevance_, reg.relevance_)
