@@ -211,8 +211,8 @@ default="invgamma"
         scales (1, 1.5, 2, 3) that lose no more than 0.01 nats on any of them; on the
         benchmark it lifts cpu_performance's 95 % coverage from 0.924 / 0.914 / 0.918 to
         0.943 / 0.928 / 0.933 at fold seeds 0-2, and the mean NLPD over the nine sets from
-        1.825 / 1.826 / 1.821 to 1.816 / 1.823 / 1.816. It cost 0.025 nats with outliers
-        in y at 50 and 100 rows (``bench_student_t.py --claim``). The classifier's
+        1.825 / 1.826 / 1.821 to 1.816 / 1.823 / 1.816. It cost 0.025 / 0.027 nats with
+        outliers in y at 50 / 100 rows (``bench_student_t.py --claim``). The classifier's
         internal regressor keeps it off.
     normalize_X : bool, default=True
         Standardise each feature with the training mean and standard deviation (the NNGP
