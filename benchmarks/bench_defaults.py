@@ -47,6 +47,8 @@ sys.path.insert(0, str(HERE.parent))
 #: package shipped before this benchmark.
 CANDIDATES = {
     "StudentTProcessRegressor": [("ard=False", {"ard": False}),
+                                 ("ard=True, relevance_prior=None",
+                                  {"ard": True, "relevance_prior": None}),
                                  ("ard=True", {"ard": True})],
     "MixedActivationGPRegressor": [("priors='default'", {"priors": "default"}),
                                    ("priors=None", {"priors": None})],
