@@ -66,6 +66,15 @@ def _check_prior(prior):
         f"on (0, inf); got {prior!r}.")
 
 
+def _paired_gain(gain, z, min_gain):
+    """``(mean, se, pays)`` of the paired per-row leave-one-out gains of ARD over the shared
+    kernel: ``pays`` when the mean is more than ``z`` standard errors above zero and at
+    least ``min_gain`` a row (the rule of ``ard="auto"``, regressor and classifier)."""
+    se = float(np.std(gain, ddof=1) / math.sqrt(gain.size))
+    mean = float(np.mean(gain))
+    return mean, se, mean > max(z * se, min_gain)
+
+
 def _argmax_proba(mu, V, nodes, n_quadrature, device, dtype):
     """``P(argmax_j f_j = c)`` for ``f ~ N(mu, s V I)`` mixed over the scale nodes ``nodes``.
 
@@ -518,10 +527,9 @@ prior_scale_bounds : pair of floats or "fixed"
                 # from its fitted attributes, as for a loaded model
                 for key in ("_engine", "_theta", "_cache"):
                     reg.__dict__.pop(key, None)
-        gain = fits[1][2] - fits[0][2]  # paired per-row LOO gains of ARD
-        se = float(np.std(gain, ddof=1) / math.sqrt(gain.size))
-        mean = float(np.mean(gain))
-        reg, caught, _ = fits[mean > max(self._ard_z * se, self._ard_min_gain)]
+        # paired per-row LOO gains of ARD
+        mean, se, pays = _paired_gain(fits[1][2] - fits[0][2], self._ard_z, self._ard_min_gain)
+        reg, caught, _ = fits[pays]
         for w in caught:  # only the kept model's warnings reach the user
             warnings.warn(w.message, w.category, stacklevel=3)
         params = self.get_params(deep=False)
@@ -1053,11 +1061,10 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                     self._fit_one(X, Y, yi, True, use_loo)]
             chosen, self.ard_loo_gain_ = fits[0], None
             if fits[0]["rows"] is not None and fits[1]["rows"] is not None:
-                gain = fits[0]["rows"] - fits[1]["rows"]  # paired per-row LOO gains
-                se = float(np.std(gain, ddof=1) / math.sqrt(gain.size))
-                self.ard_loo_gain_ = (float(np.mean(gain)), se)
-                if (self.ard_loo_gain_[0] > max(self._ard_z * se, self._ard_min_gain)
-                        and not self._degenerate(fits[1])):
+                mean, se, pays = _paired_gain(fits[0]["rows"] - fits[1]["rows"],
+                                              self._ard_z, self._ard_min_gain)
+                self.ard_loo_gain_ = (mean, se)
+                if pays and not self._degenerate(fits[1]):
                     chosen = fits[1]
         else:
             chosen = self._fit_one(X, Y, yi, self.ard != "auto" and bool(self.ard), use_loo)
@@ -1089,8 +1096,9 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
     #: ``ard="auto"`` takes the ARD kernel only when its mean paired leave-one-out gain is
     #: more than ``_ard_z`` standard errors above zero and at least ``_ard_min_gain`` nats a
     #: row (where both kernels predict alike, the paired differences are tiny and so is
-    #: their standard error), and its fit is not degenerate.
-    _ard_z, _ard_min_gain = 2.0, 1e-3
+    #: their standard error), and its fit is not degenerate; the regressor's values.
+    _ard_z = StudentTProcessRegressor._ard_z
+    _ard_min_gain = StudentTProcessRegressor._ard_min_gain
 
     def _degenerate(self, fit):
         """Whether a fit is the degenerate evidence optimum of small data: the evidence's

@@ -16,8 +16,8 @@ from skbnngp._rich_bll import RichBLLRegressor as _Impl
 
 from ._promise import assert_same_predictions
 
-SMALL = dict(hidden_layer_sizes=(16,), max_iter=400, n_iter_no_change=10,
-             learning_rate_schedule="constant", device="cpu", random_state=0)
+SMALL = {"hidden_layer_sizes": (16,), "max_iter": 400, "n_iter_no_change": 10,
+         "learning_rate_schedule": "constant", "device": "cpu", "random_state": 0}
 Q95 = stats.norm.ppf(0.975)
 
 
@@ -112,8 +112,8 @@ def test_pickle_keeps_the_factor_and_an_old_model_predicts_as_before():
 
 @pytest.mark.parametrize("vc", ["validation", "student_t"])
 @pytest.mark.parametrize("kw, match", [
-    (dict(refit=True), "refit"),
-    (dict(early_stopping=False), "early_stopping"),
+    ({"refit": True}, "refit"),
+    ({"early_stopping": False}, "early_stopping"),
 ])
 def test_settings_without_held_out_rows_are_refused(kw, match, vc):
     X, y = _heteroscedastic(60)
@@ -310,7 +310,7 @@ def test_auto_is_the_student_t_calibration_where_rows_are_held_out():
     np.testing.assert_array_equal(auto.predict_std(X[:5]), t.predict_std(X[:5]))
 
 
-@pytest.mark.parametrize("kw", [dict(refit=True), dict(early_stopping=False)])
+@pytest.mark.parametrize("kw", [{"refit": True}, {"early_stopping": False}])
 def test_auto_without_held_out_rows_is_the_gaussian(kw):
     X, y = _heavy(80)
     reg = RichBLLRegressor(**{**SMALL, **kw}).fit(X, y)  # no error, no calibration
