@@ -113,6 +113,43 @@ def test_classification_ece_pvalue_separates_calibrated_from_overconfident(harne
     assert bench.ece_pvalue(0.0, draws) == 1.0  # a p-value, never above 1
 
 
+def test_classification_pooled_ece_check(harness):
+    """The pooled check reads the ECE of all out-of-fold predictions: a model right 96 % of
+    the time at confidence 0.96 passes, one right 90 % of the time at 0.99 misses; a set
+    without every fold's probabilities gives no verdict."""
+    bench = importlib.import_module("bench_classification")
+    from sklearn.model_selection import StratifiedKFold
+
+    _, y = bench.load("iris")
+    rng = np.random.default_rng(0)
+
+    def records(model, conf, acc, folds=5):
+        wrong = rng.permutation(150) < round((1 - acc) * 150)
+        out = []
+        for k, (_, te) in enumerate(StratifiedKFold(5, shuffle=True, random_state=0)
+                                    .split(np.zeros((150, 1)), y)):
+            if k >= folds:
+                break
+            top = np.where(wrong[te], (y[te] + 1) % 3, y[te])
+            P = np.full((te.size, 3), (1 - conf) / 2)
+            P[np.arange(te.size), top] = conf
+            metrics = {"accuracy": 1 - wrong[te].mean(), "nll": 0.1, "brier": 0.1,
+                       "fit_s": 0.0, "ece": bench.ece_of(y[te], P)}
+            out.append({"model": model, "set": "iris", "split": k, "error": None, "warnings": {},
+                        "metrics": metrics, "test_rows": te.tolist(), "proba": P.tolist()})
+        return out
+
+    s = bench.summarise(records("lr", 0.96, 0.96) + records("mlp", 0.99, 0.90),
+                        ["lr", "mlp"], ["iris"])
+    assert s["mean"]["lr"]["iris"]["ece_pooled"] == pytest.approx(0.0, abs=1e-9)
+    assert s["mean"]["mlp"]["iris"]["ece_pooled"] == pytest.approx(0.09)
+    assert s["checks"]["lr"]["ece_pooled_ok"] is True
+    assert s["checks"]["mlp"]["ece_pooled_ok"] is False
+    assert s["checks"]["mlp"]["ece_pooled_misses"] == ["iris"]
+    partial = bench.summarise(records("lr", 0.96, 0.96, folds=2), ["lr"], ["iris"])
+    assert partial["checks"]["lr"]["ece_pooled_ok"] is None
+
+
 def test_uncertainty_extrap_seeds_refits_only_the_network_models(harness, monkeypatch):
     bench = importlib.import_module("bench_uncertainty")
     args = bench.argparse.Namespace(quick=True, sections=["extrap_seeds"], sets=["gap"],
