@@ -33,7 +33,8 @@ ECE is reported three ways, since the per-fold figure is biased upward on small 
 
 Ablations (``--models`` only): ``fidgp_none``, ``fidgp_temp`` (FiD-GP's ``calibration``),
 ``fidgp_trefit`` (temperature scaling with ``refit=True``),
-``stpc_alpha10`` (the Student-t classifier's old ``alpha_bounds``) and ``stpc_shared``
+``stpc_alpha10`` (the Student-t classifier's old ``alpha_bounds``), ``stpc_lv0``
+(``label_variance=0``, its probabilities before the label variance) and ``stpc_shared``
 (``ard=False``, the Student-t classifier's default before ``ard="auto"``).
 
 Targets (issue 20): each classifier's mean NLL over the sets no worse than the better of
@@ -80,13 +81,15 @@ VARIANTS = {"fidgp_none": ("fidgp", {"calibration": None}),
             "fidgp_temp": ("fidgp", {"calibration": "temperature"}),
             "fidgp_trefit": ("fidgp", {"calibration": "temperature", "refit": True}),
             "stpc_alpha10": ("stpc", {"alpha_bounds": (1e-6, 10.0)}),
-            "stpc_shared": ("stpc", {"ard": False})}
+            "stpc_shared": ("stpc", {"ard": False}),
+            "stpc_lv0": ("stpc", {"label_variance": 0.0})}
 LABELS = {"stpc": "StudentTProcessClassifier", "fidgp": "FiDGPClassifier",
           "fidgp_none": "FiD-GP, calibration=None",
           "fidgp_temp": "FiD-GP, calibration='temperature'",
           "fidgp_trefit": "FiD-GP, calibration='temperature', refit=True",
           "stpc_alpha10": "Student-t, alpha_bounds=(1e-6, 10)",
           "stpc_shared": "Student-t, ard=False",
+          "stpc_lv0": "Student-t, label_variance=0",
           "lr": "LogisticRegression", "gpc": "sklearn GP classifier",
           "mlp": "MLPClassifier", "ensemble": "5-MLP ensemble"}
 METRICS = ("accuracy", "nll", "brier", "ece", "fit_s")

@@ -75,29 +75,49 @@ def _paired_gain(gain, z, min_gain):
     return mean, se, mean > max(z * se, min_gain)
 
 
-def _argmax_proba(mu, V, nodes, n_quadrature, device, dtype):
-    """``P(argmax_j f_j = c)`` for ``f ~ N(mu, s V I)`` mixed over the scale nodes ``nodes``.
+def _argmax_proba(mu, V, nodes, n_quadrature, device, dtype, extra=None):
+    """``P(argmax_j y_j = c)`` for ``y ~ N(mu, s V I + diag(extra))`` mixed over the scale
+    nodes ``nodes``.
 
-    ``mu`` is (m, C), ``V`` (m,) unit-amplitude variances (arrays, or tensors already on
-    ``device``); Gauss-Hermite in ``z`` with ``n_quadrature`` nodes. Returns an (m, C) tensor
-    (not floored).
+    ``mu`` is (m, C), ``V`` (m,) unit-amplitude variances and ``extra`` None or (m, C)
+    variances added per output, not scaled by ``s`` (arrays, or tensors already on
+    ``device``); Gauss-Hermite in ``z`` with ``n_quadrature`` nodes. With equal variances
+    ``P_c = E_z prod_{j != c} Phi((mu_c - mu_j) / sigma + z)``; with ``extra``, conditioning
+    on ``y_c = mu_c + sigma_c z``, ``P_c = E_z prod_{j != c} Phi((mu_c + sigma_c z - mu_j) /
+    sigma_j)``. Returns an (m, C) tensor (not floored).
     """
     z, wz = hermegauss(n_quadrature)
     wz = wz / wz.sum()
     nodes = np.asarray(nodes, dtype=np.float64)
     mu_t, z_t, wz_t = (as_tensor(a, device, dtype) for a in (mu, z, wz))
     f64 = torch.float64  # the scales in float64 whatever the working dtype, then cast
-    sig = (as_tensor(V, device, f64).clamp_min(1e-300).sqrt()[:, None]
-           * as_tensor(np.sqrt(nodes), device, f64)[None, :]).to(dtype)  # m x K
+    V64 = as_tensor(V, device, f64).clamp_min(1e-300)
     C = mu.shape[1]
+    if extra is None:  # m x K
+        sig = (V64.sqrt()[:, None] * as_tensor(np.sqrt(nodes), device, f64)[None, :]).to(dtype)
+    else:  # m x C x K
+        var = V64[:, None] * as_tensor(nodes, device, f64)[None, :]
+        sig = (var[:, None, :] + as_tensor(extra, device, f64)[:, :, None]).sqrt().to(dtype)
     out = []
     eye = torch.eye(C, dtype=torch.bool, device=device)[None, :, :, None, None]
     for sl in iter_slices(mu.shape[0], max(1, 2**22 // (C * C * z.size * nodes.size))):
         diff = (mu_t[sl, :, None] - mu_t[sl, None, :])  # b x C x C: mu_c - mu_j
-        arg = diff[..., None, None] / sig[sl, None, None, :, None] + z_t  # b C C K H
+        if extra is None:
+            arg = diff[..., None, None] / sig[sl, None, None, :, None] + z_t  # b C C K H
+        else:
+            s_c = sig[sl, :, None, :, None]  # b x C x 1 x K x 1
+            s_j = sig[sl, None, :, :, None]  # b x 1 x C x K x 1
+            arg = (diff[..., None, None] + s_c * z_t) / s_j
         logp = torch.special.log_ndtr(arg).masked_fill(eye, 0.0).sum(dim=2)  # b x C x K x H
         out.append((logp.exp() * wz_t).sum(-1).mean(-1))  # b x C
     return torch.cat(out) if out else torch.zeros((0, C), device=device, dtype=dtype)
+
+
+def _label_variance(mu, low):
+    """The variance ``p (1 - p)`` of a one-hot target whose mean is ``p = mu - low``
+    (``low`` is the targets' lower value), with ``p`` clipped to [0, 1]."""
+    p = (mu - low).clamp(0.0, 1.0) if torch.is_tensor(mu) else np.clip(mu - low, 0.0, 1.0)
+    return p * (1.0 - p)
 
 
 class StudentTProcessRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin,
@@ -921,6 +941,16 @@ class StudentTProcessClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstima
         the evidence on small sets (wine and breast_cancer test NLL 0.160 and 0.132 against
         0.036 and 0.080 without it); the rule keeps the shared kernel there and takes ARD
         on ``overlap`` (NLL 0.368 -> 0.258).
+    label_variance : "auto" or float >= 0, default="auto"
+        Weight ``w`` of the variance of a one-hot target, ``p (1 - p)`` at the posterior
+        mean ``p``, added per class to the predictive variance of ``predict_proba``. One
+        noise level for all rows is too small where the classes overlap (a one-hot target
+        there varies by up to 1/4) and too large where they do not, which made the
+        probabilities over-confident near the class boundary. ``"auto"`` chooses ``w`` from
+        {0, 1/8, 1/4, 1/2, 1} by the leave-one-out class log loss at the chosen ``alpha``
+        (0 without ``alpha_selection="loo"``); a number fixes it (0: the probabilities of
+        versions before this parameter). Not in the paper, which defines no probabilities.
+        Measured in the User Guide.
     weight_variance_bounds, bias_variance_bounds, alpha_bounds, prior_shape_bounds, \
 prior_scale_bounds : pair of floats or "fixed"
         Boxes of the hyperparameters, as for :class:`StudentTProcessRegressor` (same
@@ -948,6 +978,9 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
     label_noise_ : float
         Weight of the uniform distribution mixed into ``predict_proba`` (0 with
         ``alpha_selection="evidence"``).
+    label_variance_ : float
+        The weight of the one-hot targets' variance in ``predict_proba`` (see
+        ``label_variance``).
     ard_ : bool
         Whether the fitted kernel has per-feature relevances.
     ard_loo_gain_ : tuple of (float, float) or None
@@ -981,15 +1014,17 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         "n_quadrature": [Interval(numbers.Integral, 2, None, closed="left")],
         "alpha_selection": [StrOptions({"loo", "evidence"})],
         "ard": ["boolean", StrOptions({"auto"})],
+        "label_variance": [StrOptions({"auto"}), Interval(numbers.Real, 0, None,
+                                                          closed="left")],
     }
 
     #: Parameters that are the classifier's own (not passed to the regressor).
-    _own = ("target_coding", "n_quadrature", "alpha_selection", "ard")
+    _own = ("target_coding", "n_quadrature", "alpha_selection", "ard", "label_variance")
 
     def __init__(self, *, depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1,
                  alpha=1e-2, prior="invgamma", prior_shape=2.0, prior_scale=2.0, burr_c=2.0,
                  burr_d=1.0, inference="auto", n_samples=1000, target_coding="onehot",
-                 n_quadrature=16, alpha_selection="loo", ard="auto",
+                 n_quadrature=16, alpha_selection="loo", ard="auto", label_variance="auto",
                  weight_variance_bounds=(1e-2, 1e2),
                  bias_variance_bounds=(1e-5, 1e1), alpha_bounds=(1e-6, 1e3),
                  prior_shape_bounds="fixed", prior_scale_bounds=(1e-3, 1e4),
@@ -1012,6 +1047,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         self.n_quadrature = n_quadrature
         self.alpha_selection = alpha_selection
         self.ard = ard
+        self.label_variance = label_variance
         self.weight_variance_bounds = weight_variance_bounds
         self.bias_variance_bounds = bias_variance_bounds
         self.alpha_bounds = alpha_bounds
@@ -1074,6 +1110,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         reg = chosen["reg"]
         self.alpha_evidence_ = chosen["alpha_evidence"]
         self.loo_log_loss_, self.label_noise_ = chosen["loo"], chosen["eps"]
+        self.label_variance_ = chosen["w"]
         self.ard_ = bool(reg.ard_)
         self.regressor_ = reg
         if chosen["bounds"]:
@@ -1100,6 +1137,14 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
     _ard_z = StudentTProcessRegressor._ard_z
     _ard_min_gain = StudentTProcessRegressor._ard_min_gain
 
+    def __setstate__(self, state):
+        state = dict(state)
+        # saved before label_variance existed: those probabilities had no label variance
+        state.setdefault("label_variance", 0.0)
+        if "classes_" in state:
+            state.setdefault("label_variance_", 0.0)
+        super().__setstate__(state)
+
     def _degenerate(self, fit):
         """Whether a fit is the degenerate evidence optimum of small data: the evidence's
         noise on its lower bound (the one-hot targets interpolated) and a kernel
@@ -1124,16 +1169,22 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
             warnings.simplefilter("always")
             reg = StudentTProcessRegressor(normalize_y=False, variance_calibration=None,
                                            ard=ard, relevance_prior=None, **params).fit(X, Y)
+        fixed_w = None if self.label_variance == "auto" else float(self.label_variance)
         out = {"reg": reg, "alpha_evidence": reg.hyperparameters_["alpha"], "loo": None,
-               "eps": 0.0, "rows": None, "warnings": caught}
+               "eps": 0.0, "rows": None, "warnings": caught,
+               "w": 0.0 if fixed_w is None else fixed_w}
         if use_loo:
-            alpha, out["loo"], out["eps"], out["rows"] = self._loo_alpha(reg, yi)
+            alpha, out["loo"], out["eps"], out["rows"], out["w"] = self._loo_alpha(
+                reg, yi, fixed_w)
             if alpha != out["alpha_evidence"]:
                 reg._set_alpha(alpha)
         out["bounds"] = self._bounds_hit(reg)
         return out
 
-    def _loo_alpha(self, reg, yi):
+    #: Weights of the label variance ``p (1 - p)`` that ``label_variance="auto"`` tries.
+    _label_variance_grid = (0.0, 0.125, 0.25, 0.5, 1.0)
+
+    def _loo_alpha(self, reg, yi, fixed_w=None):
         """The noise ratio of smallest leave-one-out log loss over a grid in ``alpha_bounds``.
 
         With ``K_a = K + a I = U diag(e + a) U^T``, the predictive of the one-hot row ``i``
@@ -1142,8 +1193,11 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         serves the whole grid. The grid is searched coarse to fine: every
         ``_loo_coarse``-th point (and the evidence's value), then every point between the
         best coarse point's neighbours, which finds the grid's minimum whenever the loss is
-        unimodal in ``alpha`` at a third of the cost. Returns ``(alpha, mean LOO log loss,
-        label noise, per-row LOO log losses)``.
+        unimodal in ``alpha`` at a third of the cost. The search scores the predictive with
+        the label-variance weight ``fixed_w`` (``None``: 0); with ``None`` the weight is then
+        chosen from ``_label_variance_grid`` at the chosen ``alpha`` (0 is in the grid, so the
+        loss never rises). Returns ``(alpha, mean LOO log loss, label noise, per-row LOO log
+        losses, label-variance weight)``.
         """
         eng, theta = reg._engine, reg._theta
         lo, hi = self.alpha_bounds
@@ -1152,7 +1206,9 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         grid = np.unique(np.append(np.geomspace(lo, hi, n_grid), alpha_ev))
         p = _unpack(theta)
         eps_grid = np.array([0.0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.2])
-        scored = {}  # grid index -> (mean loss, label noise, per-row losses on the device)
+        low = -0.1 if self.target_coding == "centered" else 0.0
+        w0 = 0.0 if fixed_w is None else fixed_w
+        scored = {}  # (grid index, w) -> (mean loss, label noise, per-row losses on device)
         with torch.no_grad():
             eps_t = as_tensor(eps_grid, reg.device_, reg._dtype)
             yi_t = torch.as_tensor(yi, device=reg.device_).long()
@@ -1163,7 +1219,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
             UtY, U2 = U.T @ eng.Y, U * U
             N = eng.n * eng.C
 
-            def score(i):
+            def score(i, w=w0):
                 a = grid[i]
                 d = 1.0 / (e + a)
                 diag_inv = U2 @ d
@@ -1173,27 +1229,35 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                 mix = reg._prior_obj.posterior(q, logdet, N, eng.C, p["prior_shape"],
                                                p["prior_scale"])
                 P = _argmax_proba(mu, 1.0 / diag_inv, mix.quantile_nodes(self._loo_nodes),
-                                  self._loo_nodes, reg.device_, reg._dtype)
+                                  self._loo_nodes, reg.device_, reg._dtype,
+                                  extra=w * _label_variance(mu, low) if w > 0 else None)
                 P = P / P.sum(dim=1, keepdim=True).clamp_min(1e-300)
                 pt = P[rows, yi_t][:, None] * (1 - eps_t) + eps_t / eng.C
                 row_losses = -torch.log(pt.clamp_min(1e-9))
                 losses = to_numpy(row_losses.mean(dim=0))  # one copy of 8 numbers a point
                 j = int(np.argmin(losses))
                 loss = float(losses[j]) if np.isfinite(losses[j]) else math.inf
-                scored[i] = (loss, float(eps_grid[j]), row_losses[:, j])
+                scored[i, w] = (loss, float(eps_grid[j]), row_losses[:, j])
 
             coarse = sorted(set(range(0, grid.size, self._loo_coarse)) | {grid.size - 1}
                             | {int(np.searchsorted(grid, alpha_ev))})
             for i in coarse:
                 score(i)
-            k = min(range(len(coarse)), key=lambda c: scored[coarse[c]][0])
+            k = min(range(len(coarse)), key=lambda c: scored[coarse[c], w0][0])
             for i in range(coarse[max(k - 1, 0)], coarse[min(k + 1, len(coarse) - 1)] + 1):
-                if i not in scored:
+                if (i, w0) not in scored:
                     score(i)
-        i = min(sorted(scored), key=lambda i: scored[i][0])
-        if not math.isfinite(scored[i][0]):
-            return alpha_ev, None, 0.0, None
-        return float(grid[i]), scored[i][0], scored[i][1], to_numpy(scored[i][2])
+            best = min(sorted(scored), key=lambda key: scored[key][0])
+            if fixed_w is None and math.isfinite(scored[best][0]):
+                for w in self._label_variance_grid[1:]:
+                    score(best[0], w)
+                # ties keep the smaller weight (the grid is increasing)
+                best = min(((best[0], w) for w in self._label_variance_grid),
+                           key=lambda key: scored[key][0])
+        if not math.isfinite(scored[best][0]):
+            return alpha_ev, None, 0.0, None, w0
+        return (float(grid[best[0]]), scored[best][0], scored[best][1],
+                to_numpy(scored[best][2]), float(best[1]))
 
     def _bounds_hit(self, reg):
         """``"name=value (side bound)"`` for each hyperparameter that ended on its bound."""
@@ -1286,7 +1350,10 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                 f"{type(self).__name__}: the predictive at X is not finite (X may lie far "
                 "outside the training range); rescale X.")
         nodes = reg._mixing().quantile_nodes(self.n_quadrature)
-        P = to_numpy(_argmax_proba(mu, V, nodes, self.n_quadrature, reg.device_, reg._dtype))
+        w = self.label_variance_
+        low = -0.1 if self.target_coding == "centered" else 0.0
+        P = to_numpy(_argmax_proba(mu, V, nodes, self.n_quadrature, reg.device_, reg._dtype,
+                                   extra=w * _label_variance(mu, low) if w > 0 else None))
         if not np.all(np.isfinite(P)):
             raise ValueError(f"{type(self).__name__}: the class probabilities at X are not "
                              "finite (X may lie far outside the training range); rescale X.")

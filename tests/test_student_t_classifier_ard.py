@@ -116,7 +116,7 @@ def test_coarse_to_fine_search_scores_fewer_points(irrelevant, monkeypatch):
     calls = {}
     orig = StudentTProcessClassifier._loo_alpha
 
-    def counting(self, reg, yi):
+    def counting(self, reg, yi, fixed_w=None):
         import skbnngp._student_t as mod
         real, n = mod._argmax_proba, [0]
 
@@ -126,7 +126,7 @@ def test_coarse_to_fine_search_scores_fewer_points(irrelevant, monkeypatch):
 
         monkeypatch.setattr(mod, "_argmax_proba", wrapped)
         try:
-            return orig(self, reg, yi)
+            return orig(self, reg, yi, fixed_w)
         finally:
             monkeypatch.setattr(mod, "_argmax_proba", real)
             calls[self._loo_coarse] = n[0]
@@ -134,7 +134,7 @@ def test_coarse_to_fine_search_scores_fewer_points(irrelevant, monkeypatch):
     monkeypatch.setattr(StudentTProcessClassifier, "_loo_alpha", counting)
     for stride in (1, 4):
         monkeypatch.setattr(StudentTProcessClassifier, "_loo_coarse", stride)
-        _fit(X, y, ard=False)
+        _fit(X, y, ard=False, label_variance=0.0)  # the alpha search alone
     # 37 grid points (4 a decade over 1e-6..1e3), plus the evidence's value unless on one
     assert calls[1] in (37, 38)
     assert calls[4] <= 20
@@ -146,9 +146,9 @@ def test_auto_falls_back_to_the_shared_kernel_without_leave_one_out_scores(irrel
     X, y = irrelevant
     orig = StudentTProcessClassifier._loo_alpha
 
-    def no_scores(self, reg, yi):
-        out = orig(self, reg, yi)
-        return (out[0], None, 0.0, None) if reg.ard_ else out
+    def no_scores(self, reg, yi, fixed_w=None):
+        out = orig(self, reg, yi, fixed_w)
+        return (out[0], None, 0.0, None, out[4]) if reg.ard_ else out
 
     monkeypatch.setattr(StudentTProcessClassifier, "_loo_alpha", no_scores)
     clf = _fit(X[:80], y[:80])
