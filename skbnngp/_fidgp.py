@@ -461,6 +461,17 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
+    def _fit_cost_units(self, n):
+        """Optimiser steps of a fit on ``n`` rows (what ``skbnngp compare``'s time planner
+        scales a pilot fit by; a step costs about the same whatever its rows)."""
+        def steps(m):
+            return -(-m // auto_batch_size(self.batch_size, m)) * self.max_iter
+
+        if self.calibration != "temperature":
+            return steps(n)
+        held_out = steps(n - round(self.validation_fraction * n))
+        return held_out + steps(n) if self.refit else held_out
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.non_deterministic = False

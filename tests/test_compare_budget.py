@@ -17,6 +17,7 @@ from skbnngp.compare._budget import (
     measure,
     pilot_sizes,
     plan_rows,
+    step_curve,
 )
 
 # digits-like costs, in CPU seconds per fit on n rows (shapes as measured: FiD-GP flat at
@@ -187,3 +188,66 @@ def test_plan_budget_deducts_the_pilots_own_seconds():
     plan = compare_run._plan_budget(pipes, data, folds, n_jobs=2, budget=260.0, threads=1,
                                     seed=0, clock=CLOCK, pilot_jobs=1, first=["fidgp", "stp"])
     assert plan["stp"][0] is None and 100 <= plan["fidgp"][0] < 1437
+
+
+def _fid_steps(n, max_iter=400):  # FiD-GP's batch_size="auto": at most 8 steps an epoch
+    from skbnngp._fidgp import auto_batch_size
+
+    return -(-n // auto_batch_size("auto", n)) * max_iter
+
+
+def test_step_curve_scales_the_largest_pilot_by_its_steps():
+    curve = step_curve([(100, 3.7), (200, 7.0), (359, 14.3)], _fid_steps)
+    assert curve(359) == pytest.approx(14.3)
+    assert curve(1437) == pytest.approx(28.6)  # 8 steps an epoch against 4
+    assert curve(800) == curve(1437)  # no more steps past 800 rows
+    assert curve.scaled(1.25)(1437) == pytest.approx(35.75)
+    assert step_curve([], _fid_steps) is None
+    for seconds in (0.5, 5.0, 17.9, 20.0, 28.6, 40.0):
+        brute = max([n for n in range(1438) if n == 0 or curve(n) <= seconds])
+        assert curve.rows_within(seconds, 1437) == brute
+
+
+def test_fidgp_counts_its_optimiser_steps():
+    from skbnngp import FiDGPClassifier
+
+    est = FiDGPClassifier()
+    assert [est._fit_cost_units(n) for n in (50, 200, 359, 1437)] == [400, 800, 1600, 3200]
+    temp = FiDGPClassifier(calibration="temperature", max_iter=10)
+    assert temp._fit_cost_units(1000) == 10 * 8  # 900 rows after the held-out tenth
+    assert temp.set_params(refit=True)._fit_cost_units(300) == 10 * (3 + 3)
+
+
+class _Steps(BaseEstimator):
+    """A fake mini-batch trainer: 9 ms a step, FiD-GP's steps; ``declare`` exposes them."""
+
+    def __init__(self, declare=True):
+        self.declare = declare
+
+    def fit(self, X, y):
+        CLOCK.now += 0.009 * _fid_steps(len(X))
+        return self
+
+    def __getattr__(self, name):
+        if name == "_fit_cost_units" and self.__dict__.get("declare"):
+            return _fid_steps
+        raise AttributeError(name)
+
+
+def test_plan_budget_reads_a_declared_step_cost():
+    """The power law read from pilots up to a quarter of the fold (4 steps an epoch)
+    overstates a fit of 8 steps an epoch; the declared step count predicts it exactly."""
+    rng = np.random.RandomState(0)
+    X, y = rng.normal(size=(1797, 4)), np.arange(1797) % 10
+    folds = list(StratifiedKFold(5, shuffle=True, random_state=0).split(X, y))
+    data = SimpleNamespace(X=X, y=y, task="classification")
+    n_train = min(len(f[0]) for f in folds)
+    true = compare_run.CONTENTION * 0.009 * _fid_steps(n_train)
+    est = {}
+    for declare in (True, False):
+        plan = compare_run._plan_budget({"fid": _Steps(declare)}, data, folds, n_jobs=2,
+                                        budget=300.0, threads=1, seed=0, clock=CLOCK,
+                                        pilot_jobs=1, first=["fid"])
+        est[declare] = plan["fid"][1]
+    assert est[True] == pytest.approx(true, rel=1e-9)
+    assert est[False] > 1.5 * true

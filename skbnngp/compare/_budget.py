@@ -78,6 +78,58 @@ class CostCurve:
         return n
 
 
+@dataclass(frozen=True)
+class StepCurve:
+    """``t(n) = per_unit * units(n)`` seconds: a fit whose cost is its number of optimiser
+    steps (``units``, from the estimator's ``_fit_cost_units``), each about as dear whatever
+    the rows in it. A mini-batch trainer with a fixed number of epochs and a batch size that
+    grows with ``n`` (FiD-GP's ``batch_size="auto"``: at most 8 steps an epoch) costs the
+    same from 800 rows on, which no power of the rows extrapolates: on ``digits`` the
+    power law read from pilots up to 359 rows (4 steps an epoch) predicted 66-118 s a fold
+    for the 8 steps of 1,437 rows, which take 29-48 s.
+
+    Attributes
+    ----------
+    per_unit : float
+        Seconds per unit, from the largest pilot.
+    units : callable
+        ``units(n)``, non-decreasing in ``n``.
+    """
+
+    per_unit: float
+    units: object
+
+    def __call__(self, n):
+        return self.per_unit * float(self.units(int(n)))
+
+    def scaled(self, factor):
+        """The same curve times ``factor`` (parallel fits slow each other down)."""
+        return StepCurve(self.per_unit * factor, self.units)
+
+    def rows_within(self, seconds, n_max):
+        """The largest ``n <= n_max`` with ``t(n) <= seconds`` (0 if none)."""
+        lo, hi = 0, int(n_max)
+        if self(hi) <= seconds:
+            return hi
+        while hi - lo > 1:  # t(lo) <= seconds < t(hi), lo = 0 meaning none
+            mid = (lo + hi) // 2
+            if self(mid) <= seconds:
+                lo = mid
+            else:
+                hi = mid
+        return lo if lo == 0 or self(lo) <= seconds else 0
+
+
+def step_curve(timings, units):
+    """The :class:`StepCurve` of pilot ``timings`` ``[(rows, seconds), ...]`` (rows
+    increasing) for a cost in ``units(n)``: the largest pilot's seconds per unit (None
+    without timings)."""
+    if not timings:
+        return None
+    n_k, t_k = timings[-1]
+    return StepCurve(t_k / max(float(units(int(n_k))), 1e-12), units)
+
+
 def pilot_sizes(n_train, smallest=SMALLEST_PILOT):
     """Row counts of the pilot fits: doubling from ``smallest`` up to ``n_train // 4``.
 

@@ -108,10 +108,15 @@ PILOT_FRACTION = 0.25
 def _pilot_curve(pipe, X, y, order, sizes, threads, clock, limit):
     """The cost curve of one model from pilot fits on ``order[:n]`` for ``n`` in ``sizes``
     (None when no pilot succeeded), and the seconds the pilots took by ``clock``."""
-    from ._budget import measure
+    from ._budget import measure, step_curve
 
     curve, timings = measure(lambda n: _pilot_time(pipe, X, y, order[:n], threads, clock),
                              sizes, limit=limit)
+    # an estimator whose cost is its optimiser steps says how many a fit on n rows takes
+    units = getattr(pipe.steps[-1][1] if hasattr(pipe, "steps") else pipe,
+                    "_fit_cost_units", None)
+    if units is not None and curve is not None:
+        curve = step_curve(timings, units)
     return curve, sum(t for _, t in timings)
 
 
