@@ -905,7 +905,10 @@ class StudentTProcessClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstima
     deterministically as ``E_s int phi(z) prod_{j != c} Phi((mu_c - mu_j)/sqrt(s v) + z) dz``
     with Gauss-Hermite nodes in ``z`` and quantile nodes of the mixing distribution of ``s``,
     instead of Monte Carlo: the same quantity without sampling noise, and its
-    argmax always agrees with ``predict``. Probabilities are floored at 1e-9.
+    argmax always agrees with ``predict``. With ``label_variance`` (chosen by leave-one-out)
+    each class's variance also holds ``w p_j (1 - p_j)``, the variance of a one-hot target
+    at its posterior mean, and the integral conditions on ``y_c`` instead. Probabilities are
+    floored at 1e-9.
 
     Read more in the :ref:`User Guide <student_t>`.
 
