@@ -1115,6 +1115,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         self.alpha_evidence_ = chosen["alpha_evidence"]
         self.loo_log_loss_, self.label_noise_ = chosen["loo"], chosen["eps"]
         self.label_variance_ = chosen["w"]
+        self._label_low = -0.1 if self.target_coding == "centered" else 0.0
         self.ard_ = bool(reg.ard_)
         self.regressor_ = reg
         if chosen["bounds"]:
@@ -1147,6 +1148,8 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         state.setdefault("label_variance", 0.0)
         if "classes_" in state:
             state.setdefault("label_variance_", 0.0)
+            state.setdefault("_label_low", -0.1 if state.get("target_coding") == "centered"
+                             else 0.0)
         super().__setstate__(state)
 
     def _degenerate(self, fit):
@@ -1359,7 +1362,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
                 "outside the training range); rescale X.")
         nodes = reg._mixing().quantile_nodes(self.n_quadrature)
         w = self.label_variance_
-        low = -0.1 if self.target_coding == "centered" else 0.0
+        low = self._label_low  # the targets' lower value, fixed at fit
         P = to_numpy(_argmax_proba(mu, V, nodes, self.n_quadrature, reg.device_, reg._dtype,
                                    extra=w * _label_variance(mu, low) if w > 0 else None))
         if not np.all(np.isfinite(P)):
