@@ -299,7 +299,7 @@ def test_api_shapes_pickle_and_determinism():
     b = RichBLLRegressor(**SMALL, random_state=0).fit(X, y)
     np.testing.assert_array_equal(a.predict(X, return_std=True)[1],
                                   b.predict(X, return_std=True)[1])
-    mean, std = a.predict(X[:6], return_std=True)
+    _mean, std = a.predict(X[:6], return_std=True)
     _, cov = a.predict(X[:6], return_cov=True)
     np.testing.assert_allclose(np.sqrt(np.diag(cov)), std, rtol=1e-10)
     assert a.sample_y(X[:6], 4, random_state=0).shape == (6, 4)
