@@ -68,8 +68,11 @@ def one(task):
     tr, te = list(StratifiedKFold(5, shuffle=True, random_state=fold_seed).split(X, y))[fold]
     kw = VARIANTS[var] if var in VARIANTS else json.loads(var)
     _patch_kl(var)
-    m = Pipeline([("s", StandardScaler()),
-                  ("m", FiDGPClassifier(device="cpu", random_state=0, **kw))])
+    private = {k: kw.pop(k) for k in list(kw) if k.startswith("_")}  # instance attributes
+    est = FiDGPClassifier(device="cpu", random_state=0, **kw)
+    for k, v in private.items():
+        setattr(est, k, v)
+    m = Pipeline([("s", StandardScaler()), ("m", est)])
     t0 = time.perf_counter()
     m.fit(X[tr], y[tr])
     fit_s = time.perf_counter() - t0

