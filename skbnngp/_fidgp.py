@@ -104,7 +104,7 @@ WARM_REFIT_FRAC = 0.1
 
 
 def _warm_epochs(max_iter):
-    return max(1, int(round(WARM_REFIT_FRAC * max_iter)))
+    return max(1, round(WARM_REFIT_FRAC * max_iter))
 
 
 def _module_state(module):

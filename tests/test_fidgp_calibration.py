@@ -250,7 +250,7 @@ def test_warm_refit_learns_the_held_out_rows():
               "learning_rate_init": 1e-2}
     held = FiDGPClassifier(calibration="temperature", refit=False, **params).fit(X, y)
     warm = FiDGPClassifier(calibration="temperature", refit="warm", **params).fit(X, y)
-    train, val = held._validation_split(np.unique(y, return_inverse=True)[1], 3,
+    _, val = held._validation_split(np.unique(y, return_inverse=True)[1], 3,
                                         int(np.random.RandomState(0).randint(
                                             np.iinfo(np.int32).max, size=4)[3]))
     for m in (held, warm):
