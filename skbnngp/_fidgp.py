@@ -678,15 +678,20 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         yt = torch.as_tensor(y_idx, device=device, dtype=torch.long)
         self._train(net, Xt, yt, y_idx, rng, int(seeds[1]), stage)
         self.model_plan_ = plan
-        self.model_ = net.eval()
         self.inducing_shapes_ = list(plan["shapes"])
         self.n_parameters_ = int(sum(p.numel() for p in net.parameters()))
-        self.lambdas_ = [to_float(layer.lam()) for _, layer in net.inducing_layers()]
         self._predict_seed = int(seeds[2])
-        with torch.no_grad():
-            net.sample_weights(make_generator(int(seeds[2]), "cpu"), self.sampling)
-            self.kl_ = to_float(net.kl()) / X.shape[0]
+        self._record_network(net, X.shape[0])
         return net, Xt
+
+    def _record_network(self, net, n_rows):
+        """Set the fitted attributes read from a trained network: the model, its noise
+        levels, the fixed weight draw (seeded by ``_predict_seed``) and its KL per row."""
+        self.model_ = net.eval()
+        self.lambdas_ = [to_float(layer.lam()) for _, layer in net.inducing_layers()]
+        with torch.no_grad():
+            net.sample_weights(make_generator(self._predict_seed, "cpu"), self.sampling)
+            self.kl_ = to_float(net.kl()) / n_rows
 
     def _calibration_for(self, y_idx, n_classes):
         """The calibration this fit runs: ``"auto"`` is ``"temperature"`` when every class
@@ -705,13 +710,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         device, dtype = next(net.parameters()).device, next(net.parameters()).dtype
         Xt = as_tensor(self._scale(X), device, dtype)
         yt = torch.as_tensor(y_idx, device=device, dtype=torch.long)
-        self._train(net.train(), Xt, yt, y_idx, rng, int(seeds[1]) + 1,
-                    stage=" (warm refit)", finetune_epochs=_warm_epochs(self.max_iter))
-        self.model_ = net.eval()
-        self.lambdas_ = [to_float(layer.lam()) for _, layer in net.inducing_layers()]
-        with torch.no_grad():
-            net.sample_weights(make_generator(int(seeds[2]), "cpu"), self.sampling)
-            self.kl_ = to_float(net.kl()) / X.shape[0]
+        self._train(net, Xt, yt, y_idx, rng, int(seeds[1]) + 1, stage=" (warm refit)",
+                    finetune_epochs=_warm_epochs(self.max_iter))
+        self._record_network(net, X.shape[0])
         return net, Xt
 
     def _validation_split(self, y_idx, n_classes, seed):
@@ -777,10 +778,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         milestones = sorted({int(round(f * E)) for f in self.lr_milestones_frac})
         lr0 = self.learning_rate_init
         if ft:  # the schedule's final learning rate throughout
-            lr0 = lr0 * self.lr_gamma ** sum(1 for m in milestones if m < E)
-            extra = [(ps, lr * self.lr_gamma ** sum(1 for m in milestones if m < E))
-                     for ps, lr in extra]
-            milestones = []
+            final = self.lr_gamma ** sum(1 for m in milestones if m < E)
+            lr0, extra, milestones = lr0 * final, [(ps, lr * final) for ps, lr in extra], []
         trainer = NetworkTrainer(loss, [], others, modules=[net],
                                  learning_rate=lr0, lr_milestones=milestones,
                                  lr_gamma=self.lr_gamma, extra_groups=extra, device=Xt.device)

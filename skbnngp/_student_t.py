@@ -113,6 +113,12 @@ def _argmax_proba(mu, V, nodes, n_quadrature, device, dtype, extra=None):
     return torch.cat(out) if out else torch.zeros((0, C), device=device, dtype=dtype)
 
 
+def _target_low(target_coding):
+    """The lower value of the class targets: 0 for ``"onehot"``, -0.1 for ``"centered"``
+    (one-hot minus 0.1)."""
+    return -0.1 if target_coding == "centered" else 0.0
+
+
 def _label_variance(mu, low):
     """The variance ``p (1 - p)`` of a one-hot target whose mean is ``p = mu - low``
     (``low`` is the targets' lower value), with ``p`` clipped to [0, 1]."""
@@ -1090,9 +1096,8 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         if self.classes_.size < 2:
             raise ValueError("StudentTProcessClassifier needs samples of at least 2 classes "
                              f"in the data; got 1 class ({plain(self.classes_[0])!r}).")
-        Y = (y[:, None] == self.classes_[None, :]).astype(float)
-        if self.target_coding == "centered":
-            Y -= 0.1
+        Y = (y[:, None] == self.classes_[None, :]).astype(float) + _target_low(
+            self.target_coding)
         yi = np.searchsorted(self.classes_, y)
         use_loo = (self.alpha_selection == "loo" and self.optimizer is not None
                    and not isinstance(self.alpha_bounds, str))
@@ -1115,7 +1120,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         self.alpha_evidence_ = chosen["alpha_evidence"]
         self.loo_log_loss_, self.label_noise_ = chosen["loo"], chosen["eps"]
         self.label_variance_ = chosen["w"]
-        self._label_low = -0.1 if self.target_coding == "centered" else 0.0
+        self._label_low = _target_low(self.target_coding)
         self.ard_ = bool(reg.ard_)
         self.regressor_ = reg
         if chosen["bounds"]:
@@ -1148,8 +1153,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         state.setdefault("label_variance", 0.0)
         if "classes_" in state:
             state.setdefault("label_variance_", 0.0)
-            state.setdefault("_label_low", -0.1 if state.get("target_coding") == "centered"
-                             else 0.0)
+            state.setdefault("_label_low", _target_low(state.get("target_coding")))
         super().__setstate__(state)
 
     def _degenerate(self, fit):
@@ -1213,7 +1217,7 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         grid = np.unique(np.append(np.geomspace(lo, hi, n_grid), alpha_ev))
         p = _unpack(theta)
         eps_grid = np.array([0.0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.2])
-        low = -0.1 if self.target_coding == "centered" else 0.0
+        low = _target_low(self.target_coding)
         w0 = 0.0 if fixed_w is None else fixed_w
         scored = {}  # (grid index, w) -> (mean loss, label noise, per-row losses on device)
         with torch.no_grad():

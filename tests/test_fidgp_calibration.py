@@ -228,7 +228,8 @@ def test_warm_refit_continues_the_held_out_network_at_the_final_learning_rate():
     assert not np.allclose(warm._x_offset, X.mean(axis=0))  # the held-out rows left out
     k = _warm_epochs(20)
     assert k == 2 and warm.n_iter_ == held.n_iter_ + k == 22
-    assert len(warm.loss_curve_) == 22 and warm.loss_curve_[:20] == held.loss_curve_
+    assert len(warm.loss_curve_) == 22
+    assert_same_predictions(warm.loss_curve_[:20], held.loss_curve_, "float64", "loss curve")
     assert warm.kl_weights_[20:] == [0.3, 0.3]
     # the fine-tuning moves the network ...
     assert np.abs(warm.predict_proba(X) - held.predict_proba(X)).max() > 1e-4
@@ -239,7 +240,7 @@ def test_warm_refit_continues_the_held_out_network_at_the_final_learning_rate():
     held0 = FiDGPClassifier(calibration="temperature", refit=False, lr_gamma=1e-12,
                             flow_spectral_norm=False, **params).fit(X, y)
     np.testing.assert_allclose(frozen.predict_proba(X), held0.predict_proba(X),
-                               rtol=1e-8, atol=1e-10)
+                               rtol=1e-8, atol=1e-10)  # the Adam steps of ~3e-15 only
 
 
 def test_warm_refit_learns_the_held_out_rows():
@@ -267,8 +268,9 @@ def test_auto_calibrates_when_every_class_has_enough_rows():
     auto = FiDGPClassifier(**SMALL).fit(X, y)  # calibration="auto", refit="warm"
     explicit = FiDGPClassifier(calibration="temperature", refit="warm", **SMALL).fit(X, y)
     assert auto.calibration_ == "temperature"
-    assert auto.temperature_ == explicit.temperature_
-    np.testing.assert_array_equal(auto.predict_proba(X), explicit.predict_proba(X))
+    assert auto.temperature_ == pytest.approx(explicit.temperature_, rel=1e-8)
+    assert_same_predictions(auto.predict_proba(X), explicit.predict_proba(X), "float64",
+                            "auto against temperature")
     # a class of 9 rows: 1 / validation_fraction = 10 not reached -> no calibration, every
     # row trained on, T = 1 (where an explicit "temperature" would hold out rows)
     keep = np.r_[0:50, 50:100, 100:109]
@@ -277,7 +279,8 @@ def test_auto_calibrates_when_every_class_has_enough_rows():
     assert small.calibration_ is None and small.temperature_ == 1.0
     assert small.validation_nll_ is None
     np.testing.assert_allclose(small._x_offset, X[keep].mean(axis=0), rtol=1e-12)
-    np.testing.assert_array_equal(small.predict_proba(X), plain.predict_proba(X))
+    assert_same_predictions(small.predict_proba(X), plain.predict_proba(X), "float64",
+                            "auto without calibration against None")
     # one more row of that class reaches it
     keep10 = np.r_[0:50, 50:100, 100:110]
     assert FiDGPClassifier(**SMALL).fit(X[keep10], y[keep10]).calibration_ == "temperature"

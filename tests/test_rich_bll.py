@@ -283,7 +283,7 @@ def test_gap_problem_rich_exceeds_bll_in_the_gap():
     """Issue 9 story: on the 1-D gap problem, Rich-BLL's in-gap std exceeds the BLL's."""
     X, y = make_gap_1d(100, random_state=0)
     grid = np.linspace(-0.8, 0.8, 9)[:, None]
-    common = dict(max_iter=200, random_state=0, device="cpu")
+    common = {"max_iter": 200, "random_state": 0, "device": "cpu"}
     rich = RichBLLRegressor(**common).fit(X, y).predict(grid, return_std=True)[1]
     bll = RichBLLRegressor(**common, uncertainty="bll").fit(X, y).predict(grid,
                                                                           return_std=True)[1]
