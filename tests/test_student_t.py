@@ -636,6 +636,25 @@ def test_classifier_cuda_matches_cpu():
                                atol=1e-8)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+@pytest.mark.parametrize("label_variance", [0.5, "auto"])
+def test_classifier_label_variance_cuda_matches_cpu(label_variance):
+    """Issue 20's label variance (per-class extra variance in the quadrature over the
+    scale, and the leave-one-out choice of its weight) gives the same model on CUDA."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(150, 3))
+    y = np.digitize(X[:, 0] + 0.5 * X[:, 1] + 0.6 * rng.normal(size=150), [-0.5, 0.5])
+    kw = dict(max_iter=10, random_state=0, label_variance=label_variance)
+    cpu = StudentTProcessClassifier(device="cpu", **kw).fit(X, y)
+    gpu = StudentTProcessClassifier(device="cuda", **kw).fit(X, y)
+    assert gpu.label_variance_ == cpu.label_variance_
+    if label_variance != "auto":
+        assert cpu.label_variance_ == 0.5
+    np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), rtol=1e-6,
+                               atol=1e-8)
+    np.testing.assert_array_equal(gpu.predict(X), cpu.predict(X))
+
+
 def test_classifier_huge_input_raises_instead_of_nan():
     """Issue 12 reproducer: finite but huge X gave NaN probabilities while predict still
     returned a class; now every method raises a ValueError naming X, or is finite."""
