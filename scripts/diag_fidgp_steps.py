@@ -2,7 +2,8 @@
 too few optimiser steps (2 steps an epoch on iris and wine at ``batch_size="auto"``) or of
 the KL term?  Fits variants on ``bench_classification.py``'s folds (fold seed given), and
 prints per set: test NLL, accuracy, mean top confidence, per-fold and pooled ECE, training
-NLL, and the test temperature that would minimise the pooled NLL (T < 1: too soft).
+NLL, the test temperature that would minimise the pooled NLL (T < 1: too soft) and the
+temperature each fold fitted (``temperature_``, 1 without calibration).
 
     python scripts/diag_fidgp_steps.py --sets iris wine --variants default bs32 ep800 kl0
 """
@@ -83,6 +84,7 @@ def one(task):
     yte = np.array([cls.index(v) for v in y[te]])
     return {"set": ds, "fold": fold, "var": var, "fit_s": fit_s, "test": te.tolist(),
             "y": yte.tolist(), "p": pte.tolist(),
+            "T": float(getattr(m[-1], "temperature_", 1.0)),
             "train_nll": float(-np.mean(np.log(np.clip(ptr[np.arange(len(ytr)), ytr], 1e-12, 1))))}
 
 
@@ -112,19 +114,20 @@ def main():
         Path(a.out).write_text(json.dumps(recs))
     print(f"fold seed {a.fold_seed}")
     print(f"{'set':14s} {'variant':28s} {'NLL':>6s} {'acc':>6s} {'conf':>6s} {'ECEf':>6s} "
-          f"{'ECEp':>6s} {'trNLL':>6s} {'T*':>5s} {'fit s':>6s}")
+          f"{'ECEp':>6s} {'trNLL':>6s} {'T*':>5s} {'fit s':>6s} {'T fitted (per fold)'}")
     for s in a.sets:
         for v in a.variants:
             rs = [r for r in recs if r["set"] == s and r["var"] == v]
             p = np.concatenate([np.array(r["p"]) for r in rs])
             yy = np.concatenate([np.array(r["y"]) for r in rs])
             nll = -np.mean(np.log(np.clip(p[np.arange(len(yy)), yy], 1e-12, 1)))
+            temps = " ".join(f"{r.get('T', 1.0):.2f}" for r in rs)
             ecef = np.mean([ece_of(np.array(r["y"]), np.array(r["p"])) for r in rs])
             print(f"{s:14s} {v:28s} {nll:6.3f} {np.mean(p.argmax(1) == yy):6.3f} "
                   f"{p.max(1).mean():6.3f} {ecef:6.3f} {ece_of(yy, p):6.3f} "
                   f"{np.mean([r['train_nll'] for r in rs]):6.3f} "
                   f"{best_T(np.log(np.clip(p, 1e-12, 1)), yy):5.2f} "
-                  f"{np.mean([r['fit_s'] for r in rs]):6.1f}", flush=True)
+                  f"{np.mean([r['fit_s'] for r in rs]):6.1f} {temps}", flush=True)
 
 
 if __name__ == "__main__":
