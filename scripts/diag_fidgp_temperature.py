@@ -17,7 +17,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_classification import SETS, ece_of, load  # noqa: E402
+from bench_classification import SETS, ece_of, load
 
 GRID = np.linspace(np.log(0.05), np.log(20.0), 121)
 

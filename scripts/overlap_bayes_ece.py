@@ -32,14 +32,16 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.utils import shuffle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_classification as bc  # noqa: E402
+import bench_classification as bc
 
 #: bench_classification.load's arguments, with the make_classification defaults it uses
 SETS = {
-    "overlap": dict(n_samples=600, n_features=6, n_informative=4, n_classes=3,
-                    n_clusters_per_class=1, class_sep=0.5, flip_y=0.01, weights=None, random_state=0),
-    "imbalanced": dict(n_samples=1050, n_features=8, n_informative=4, n_classes=2,
-                       n_clusters_per_class=2, class_sep=1.0, flip_y=0.0, weights=[20 / 21], random_state=0),
+    "overlap": {"n_samples": 600, "n_features": 6, "n_informative": 4, "n_classes": 3,
+                "n_clusters_per_class": 1, "class_sep": 0.5, "flip_y": 0.01,
+                "weights": None, "random_state": 0},
+    "imbalanced": {"n_samples": 1050, "n_features": 8, "n_informative": 4, "n_classes": 2,
+                   "n_clusters_per_class": 2, "class_sep": 1.0, "flip_y": 0.0,
+                   "weights": [20 / 21], "random_state": 0},
 }
 
 
