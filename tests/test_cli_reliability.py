@@ -83,7 +83,10 @@ def test_a_file_in_place_of_the_directory_is_refused(tmp_path, no_fit):
 
 # ---------------------------------------------------------------- Ctrl-C during the folds
 _SLOW_FIT = r"""
-import sys, time
+import signal, sys, time
+# Ctrl-C raises KeyboardInterrupt, as in a terminal, even when this test run was started
+# in the background with SIGINT ignored (which a child inherits)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from skbnngp.compare import _run
 from skbnngp.cli import main
 
@@ -160,7 +163,10 @@ def test_ctrl_c_during_the_folds_writes_an_incomplete_report_and_exits_130(tmp_p
 
 
 _SLOW_PILOT = r"""
-import sys, time
+import signal, sys, time
+# Ctrl-C raises KeyboardInterrupt, as in a terminal, even when this test run was started
+# in the background with SIGINT ignored (which a child inherits)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from skbnngp.compare import _run
 from skbnngp.cli import main
 
