@@ -6,12 +6,13 @@
 # step (a lent machine returns at most 8 files, and a command cut at its limit still returns
 # what it had packed); $OUT/summary.txt is the short account.
 #
-# Usage: bash scripts/gpu_check.sh [total seconds, default 570] [all | bench | targets | suite | gaps | tile]
+# Usage: bash scripts/gpu_check.sh [total seconds, default 570] [all | bench | targets | suite | gaps | tile | classifiers]
 # "bench" stops after the benchmark, "targets" runs only the benchmark rows that decide
 # issue 11's targets (no tests), "suite" runs only the whole suite (with all the time),
 # "gaps" runs the CUDA tests, the rows earlier loans left unmeasured, then the suite; "tile"
 # runs scripts/compare_adjoint_tile.py (the tiled adjoint's old and new tile rule, same card),
-# then the suite.
+# then the suite; "classifiers" runs scripts/gpu_classifiers.py (both classifiers on digits
+# on CUDA), then the suite.
 # On a lent machine (10 minutes a command), with wheels of the optional packages the image
 # lacks in .whl/ (zuko, skops and its needs; scikit-learn, installed only when the image's
 # is older than the package needs):
@@ -65,7 +66,8 @@ pack
 
 par=""; "$PY" -c "import xdist" 2>/dev/null && par="-n $(( $(nproc) > 8 ? 12 : 2 ))"
 
-if [ "$MODE" != "suite" ] && [ "$MODE" != "targets" ] && [ "$MODE" != "tile" ]; then
+if [ "$MODE" != "suite" ] && [ "$MODE" != "targets" ] && [ "$MODE" != "tile" ] \
+   && [ "$MODE" != "classifiers" ]; then
 # 1. the CUDA tests: CUDA against CPU per estimator, and CUDA fits pickled and loaded without
 #    CUDA (they skip on a CPU machine)
 timeout -s INT -k 10 150 "$PY" -m pytest -q -p no:cacheprovider -rfEs $par -k cuda tests \
@@ -90,17 +92,26 @@ if [ "$MODE" = "tile" ]; then
     --out "$W/adjoint_tile.json" > "$W/adjoint_tile.log" 2>&1
   say "adjoint tile rc=$?"; cat "$W/adjoint_tile.log" | tee -a "$W/summary.txt"; pack
 fi
+if [ "$MODE" = "classifiers" ]; then
+  # both classifiers' default fits on digits on CUDA (FiD-GP was 2.9x slower than 2 CPU
+  # cores on an H100 in the sixth loan: launch-bound), then the suite
+  timeout -s INT -k 10 "${CLASSIFIER_SECONDS:-240}" "$PY" scripts/gpu_classifiers.py "$W" \
+    > "$W/gpu_classifiers.log" 2>&1
+  say "classifiers rc=$?"; grep '^{' "$W/gpu_classifiers.log" | tee -a "$W/summary.txt"; pack
+fi
 if [ "$MODE" = "gaps" ]; then
 # the rows earlier loans left unmeasured (cut by their parts' budgets), and the STP and
 # GPyTorch rows at 20,000 again with the current defaults
 bench bench_gpu_gaps_5k 70 --sizes 5000 --models mixed_exact gpytorch_exact
 bench bench_gpu_gaps_20k 150 --sizes 20000 --models stp_ard gpytorch_exact dbk_svi mixed_exact
 fi
-if [ "$MODE" != "suite" ] && [ "$MODE" != "gaps" ] && [ "$MODE" != "tile" ]; then
+if [ "$MODE" != "suite" ] && [ "$MODE" != "gaps" ] && [ "$MODE" != "tile" ] \
+   && [ "$MODE" != "classifiers" ]; then
 bench bench_gpu_targets 180 --sizes 20000 50000 --models stp_ard gpytorch_exact
 fi
 if [ "$MODE" = "targets" ]; then say "done (targets only)"; pack; exit 0; fi
-if [ "$MODE" != "suite" ] && [ "$MODE" != "gaps" ] && [ "$MODE" != "tile" ]; then
+if [ "$MODE" != "suite" ] && [ "$MODE" != "gaps" ] && [ "$MODE" != "tile" ] \
+   && [ "$MODE" != "classifiers" ]; then
 bench bench_gpu_5k 90 --sizes 5000
 bench bench_gpu_20k 90 --sizes 20000 --models mixed_nystrom dbk_exact dbk_svi mixed_exact
 fi
@@ -114,7 +125,8 @@ if [ "$MODE" = "bench" ]; then say "done (bench only)"; pack; exit 0; fi
 T_SUITE=$(( $(left) - 25 ))
 if [ "$T_SUITE" -gt 30 ]; then
   T_CUDA=$(( T_SUITE / 3 < 150 ? T_SUITE / 3 : 150 ))
-  [ "$MODE" != "suite" ] && [ "$MODE" != "tile" ] && T_CUDA=0  # step 1 ran them
+  [ "$MODE" != "suite" ] && [ "$MODE" != "tile" ] && [ "$MODE" != "classifiers" ] \
+    && T_CUDA=0  # step 1 ran them
   [ "$T_CUDA" -gt 0 ] && timeout -s INT -k 10 "$T_CUDA" "$PY" -m pytest -v -p no:cacheprovider -rfEs $par -k cuda \
     tests > "$W/tests_cuda.log" 2>&1
   [ "$T_CUDA" -gt 0 ] && say "cuda tests rc=$? (${T_CUDA} s allowed): $(tail -1 "$W/tests_cuda.log")"
