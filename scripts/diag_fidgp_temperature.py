@@ -15,20 +15,19 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
+from scipy.special import softmax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_classification import SETS, ece_of, load
+from diag_fidgp_steps import best_T
 
 GRID = np.linspace(np.log(0.05), np.log(20.0), 121)
 
 
-def tempered_logp(logits, T):
-    """log of mean_s softmax(logits_s / T): (n, K)."""
-    z = logits / T
-    z = z - z.max(axis=2, keepdims=True)
-    lp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
-    m = lp.max(axis=0)
-    return m + np.log(np.mean(np.exp(lp - m), axis=0))
+def tempered_proba(logits, T):
+    """The predictive ``mean_s softmax(logits_s / T)``: (n, K)."""
+    return softmax(logits / T, axis=2).mean(axis=0)
 
 
 def one(task):
@@ -59,33 +58,22 @@ def one(task):
     test = est._draw_logits(est._input(sc.transform(X[te])), est.n_predict_samples,
                             est._predict_seed).numpy()
     out = {"set": ds, "fold": fold, "y": yte.tolist(), "T": est.temperature_,
-           "map": np.exp(tempered_logp(test, est.temperature_)).tolist()}
+           "map": tempered_proba(test, est.temperature_).tolist()}
     if "logits" in seen:
         v_logits, v_y = seen["logits"], seen["y"]
-        loglik = np.array([tempered_logp(v_logits, np.exp(v))[np.arange(v_y.size), v_y].sum()
-                           for v in GRID])
+        # the held-out rows' log likelihood at each T, by the fit's own tempered NLL
+        loglik = np.array([-v_y.size * F.tempered_nll(v_logits, v_y, np.exp(v)) for v in GRID])
         logpost = loglik - 0.5 * GRID ** 2 / F.LOG_T_PRIOR_SD ** 2
         w = np.exp(logpost - logpost.max())
         w /= w.sum()
-        P = sum(wj * np.exp(tempered_logp(test, np.exp(v))) for wj, v in zip(w, GRID) if wj > 1e-8)
+        P = sum(wj * tempered_proba(test, np.exp(v)) for wj, v in zip(w, GRID) if wj > 1e-8)
         out["avg"] = P.tolist()
         out["post_mean_T"] = float(np.sum(w * np.exp(GRID)))
         out["n_val"] = int(v_y.size)
-        out["val_errors"] = int(np.sum(tempered_logp(v_logits, 1.0).argmax(1) != v_y))
+        out["val_errors"] = int(np.sum(tempered_proba(v_logits, 1.0).argmax(1) != v_y))
     else:
         out["avg"] = out["map"]
     return out
-
-
-def best_T(p, y):
-    from scipy.optimize import minimize_scalar
-    lp = np.log(np.clip(p, 1e-12, 1))
-
-    def nll(lt):
-        z = lp / np.exp(lt)
-        z = z - z.max(1, keepdims=True)
-        return -np.mean(z[np.arange(len(y)), y] - np.log(np.exp(z).sum(1)))
-    return float(np.exp(minimize_scalar(nll, bounds=(-3, 3), method="bounded").x))
 
 
 def main():
@@ -116,7 +104,7 @@ def main():
                 f"{r['T']:.2f}/{r.get('post_mean_T', 1):.2f}/{r.get('n_val', 0)},"
                 f"{r.get('val_errors', 0)}" for r in rs)
             print(f"{s:14s} {rule:5s} {nll:6.3f} {ecef:6.3f} {ece_of(yy, p):6.3f} "
-                  f"{best_T(p, yy):5.2f}{extra}", flush=True)
+                  f"{best_T(np.log(np.clip(p, 1e-12, 1)), yy):5.2f}{extra}", flush=True)
     print("mean NLL: " + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in means.items()))
 
 

@@ -487,15 +487,15 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     def _fit_cost_units(self, n):
         """Optimiser steps of a fit on ``n`` rows (what ``skbnngp compare``'s time planner
         scales a pilot fit by; a step costs about the same whatever its rows)."""
-        def steps(m):
-            return -(-m // auto_batch_size(self.batch_size, m)) * self.max_iter
+        def per_epoch(m):
+            return -(-m // auto_batch_size(self.batch_size, m))
 
         if self.calibration is None:  # "auto" is planned as temperature (the usual case)
-            return steps(n)
-        held_out = steps(n - round(self.validation_fraction * n))
+            return per_epoch(n) * self.max_iter
+        held_out = per_epoch(n - round(self.validation_fraction * n)) * self.max_iter
         if self.refit == "warm":
-            return held_out + steps(n) // self.max_iter * _warm_epochs(self.max_iter)
-        return held_out + steps(n) if self.refit else held_out
+            return held_out + per_epoch(n) * _warm_epochs(self.max_iter)
+        return held_out + per_epoch(n) * self.max_iter if self.refit else held_out
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

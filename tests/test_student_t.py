@@ -644,7 +644,7 @@ def test_classifier_label_variance_cuda_matches_cpu(label_variance):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(150, 3))
     y = np.digitize(X[:, 0] + 0.5 * X[:, 1] + 0.6 * rng.normal(size=150), [-0.5, 0.5])
-    kw = dict(max_iter=10, random_state=0, label_variance=label_variance)
+    kw = {"max_iter": 10, "random_state": 0, "label_variance": label_variance}
     cpu = StudentTProcessClassifier(device="cpu", **kw).fit(X, y)
     gpu = StudentTProcessClassifier(device="cuda", **kw).fit(X, y)
     assert gpu.label_variance_ == cpu.label_variance_
