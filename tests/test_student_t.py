@@ -652,7 +652,11 @@ def test_classifier_label_variance_cuda_matches_cpu(label_variance):
         assert cpu.label_variance_ == 0.5
     np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), rtol=1e-6,
                                atol=1e-8)
-    np.testing.assert_array_equal(gpu.predict(X), cpu.predict(X))
+    # the predicted classes agree wherever the two largest probabilities are not a tie at
+    # the devices' rounding
+    P = np.sort(cpu.predict_proba(X), axis=1)
+    clear = P[:, -1] - P[:, -2] > 1e-5
+    np.testing.assert_array_equal(gpu.predict(X)[clear], cpu.predict(X)[clear])
 
 
 def test_classifier_huge_input_raises_instead_of_nan():
