@@ -6,13 +6,14 @@
 # step (a lent machine returns at most 8 files, and a command cut at its limit still returns
 # what it had packed); $OUT/summary.txt is the short account.
 #
-# Usage: bash scripts/gpu_check.sh [total seconds, default 570] [all | bench | targets | suite | gaps | tile | classifiers]
+# Usage: bash scripts/gpu_check.sh [total seconds, default 570] [all | bench | targets | suite | gaps | tile | classifiers | graphs]
 # "bench" stops after the benchmark, "targets" runs only the benchmark rows that decide
 # issue 11's targets (no tests), "suite" runs only the whole suite (with all the time),
 # "gaps" runs the CUDA tests, the rows earlier loans left unmeasured, then the suite; "tile"
 # runs scripts/compare_adjoint_tile.py (the tiled adjoint's old and new tile rule, same card),
 # then the suite; "classifiers" runs scripts/gpu_classifiers.py (both classifiers on digits
-# on CUDA), then the suite.
+# on CUDA), then the suite; "graphs" runs scripts/gpu_fidgp_graphs.py (FiD-GP's steps as
+# CUDA graphs against eager steps), then the suite.
 # On a lent machine (10 minutes a command), with wheels of the optional packages the image
 # lacks in .whl/ (zuko, skops and its needs; scikit-learn, installed only when the image's
 # is older than the package needs):
@@ -67,7 +68,7 @@ pack
 par=""; "$PY" -c "import xdist" 2>/dev/null && par="-n $(( $(nproc) > 8 ? 12 : 2 ))"
 
 if [ "$MODE" != "suite" ] && [ "$MODE" != "targets" ] && [ "$MODE" != "tile" ] \
-   && [ "$MODE" != "classifiers" ]; then
+   && [ "$MODE" != "classifiers" ] && [ "$MODE" != "graphs" ]; then
 # 1. the CUDA tests: CUDA against CPU per estimator, and CUDA fits pickled and loaded without
 #    CUDA (they skip on a CPU machine)
 timeout -s INT -k 10 150 "$PY" -m pytest -q -p no:cacheprovider -rfEs $par -k cuda tests \
@@ -99,6 +100,12 @@ if [ "$MODE" = "classifiers" ]; then
     > "$W/gpu_classifiers.log" 2>&1
   say "classifiers rc=$?"; grep '^{' "$W/gpu_classifiers.log" | tee -a "$W/summary.txt"; pack
 fi
+if [ "$MODE" = "graphs" ]; then
+  timeout -s INT -k 10 "${GRAPH_SECONDS:-300}" "$PY" scripts/gpu_fidgp_graphs.py "$W" \
+    > "$W/gpu_fidgp_graphs.log" 2>&1
+  say "graphs rc=$?"; grep '^{' "$W/gpu_fidgp_graphs.log" | tee -a "$W/summary.txt"
+  tail -5 "$W/gpu_fidgp_graphs.log" | grep -v '^{' | tee -a "$W/summary.txt"; pack
+fi
 if [ "$MODE" = "gaps" ]; then
 # the rows earlier loans left unmeasured (cut by their parts' budgets), and the STP and
 # GPyTorch rows at 20,000 again with the current defaults
@@ -106,12 +113,12 @@ bench bench_gpu_gaps_5k 70 --sizes 5000 --models mixed_exact gpytorch_exact
 bench bench_gpu_gaps_20k 150 --sizes 20000 --models stp_ard gpytorch_exact dbk_svi mixed_exact
 fi
 if [ "$MODE" != "suite" ] && [ "$MODE" != "gaps" ] && [ "$MODE" != "tile" ] \
-   && [ "$MODE" != "classifiers" ]; then
+   && [ "$MODE" != "classifiers" ] && [ "$MODE" != "graphs" ]; then
 bench bench_gpu_targets 180 --sizes 20000 50000 --models stp_ard gpytorch_exact
 fi
 if [ "$MODE" = "targets" ]; then say "done (targets only)"; pack; exit 0; fi
 if [ "$MODE" != "suite" ] && [ "$MODE" != "gaps" ] && [ "$MODE" != "tile" ] \
-   && [ "$MODE" != "classifiers" ]; then
+   && [ "$MODE" != "classifiers" ] && [ "$MODE" != "graphs" ]; then
 bench bench_gpu_5k 90 --sizes 5000
 bench bench_gpu_20k 90 --sizes 20000 --models mixed_nystrom dbk_exact dbk_svi mixed_exact
 fi
@@ -126,6 +133,7 @@ T_SUITE=$(( $(left) - 25 ))
 if [ "$T_SUITE" -gt 30 ]; then
   T_CUDA=$(( T_SUITE / 3 < 150 ? T_SUITE / 3 : 150 ))
   [ "$MODE" != "suite" ] && [ "$MODE" != "tile" ] && [ "$MODE" != "classifiers" ] \
+    && [ "$MODE" != "graphs" ] \
     && T_CUDA=0  # step 1 ran them
   [ "$T_CUDA" -gt 0 ] && timeout -s INT -k 10 "$T_CUDA" "$PY" -m pytest -v -p no:cacheprovider -rfEs $par -k cuda \
     tests > "$W/tests_cuda.log" 2>&1

@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, iter_slices,
                        make_generator, to_float, to_numpy)
 from ._backend._inducing import FiDNetwork, InducingLinear
+from ._backend._random import NoiseTape
 from ._backend._train import mlp_from_state, mlp_to_state
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_hidden_layer_sizes, check_predict_params, input_scaling, plain,
@@ -484,6 +485,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
+    #: On CUDA, train with each step captured and replayed as a CUDA graph (see
+    #: ``NetworkTrainer(cuda_graph=...)``); ``False`` runs the steps eagerly.
+    _cuda_graphs = True
+
     def _fit_cost_units(self, n):
         """Optimiser steps of a fit on ``n`` rows (what ``skbnngp compare``'s time planner
         scales a pilot fit by; a step costs about the same whatever its rows)."""
@@ -648,6 +653,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=4)
         temperature, val_nll = 1.0, None
+        self._graph_report = []
         calibration = self._calibration_for(y_idx, len(classes))
         if calibration == "temperature":
             train, val = self._validation_split(y_idx, len(classes), int(seeds[3]))
@@ -741,6 +747,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         n, E = Xt.shape[0], self.max_iter
         ft = finetune_epochs is not None
         gen = make_generator(seed, "cpu")  # host draws: the same on every device
+        graphs = Xt.device.type == "cuda" and self._cuda_graphs
+        if graphs:  # the step's draws come from a tape that a replayed graph reads
+            gen = NoiseTape(gen)
+            kappa_t = torch.zeros((), dtype=Xt.dtype, device=Xt.device)
         net.holder.generator = gen
         cw = None
         if self.class_weight is not None:
@@ -757,22 +767,26 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             others = list(net.parameters())
         kappas = []
 
-        def loss(rows, epoch):
+        def start_epoch(epoch):
             kappa = float(self.kl_weight) if ft else \
                 kl_factor(epoch, E, self.kl_ml_frac, self.kl_anneal_frac, self.kl_weight)
-            if len(kappas) <= epoch:
-                kappas.append(kappa)
+            kappas.append(kappa)
+            if graphs:
+                kappa_t.fill_(kappa)
+
+        def loss(rows, epoch):
+            kappa = kappas[epoch]
             xb, yb = Xt[rows], yt[rows]
             ce, kl = 0.0, None
             for k in range(self.n_train_samples):
                 logits = net.apply(xb, net.sample_weights(gen, self.sampling))
                 ce = ce + F.cross_entropy(logits, yb, weight=cw,
                                           label_smoothing=self.label_smoothing)
-                if k == 0 and kappa > 0:
+                if k == 0 and (kappa > 0 or graphs):  # a graph serves every epoch's weight
                     kl = net.kl()
             out = ce / self.n_train_samples
             if kl is not None:
-                out = out + kappa * kl / n
+                out = out + (kappa_t if graphs else kappa) * kl / n
             if self.lambda_l2 > 0:
                 out = out + self.lambda_l2 * sum(layer.lam() ** 2
                                                  for _, layer in net.inducing_layers())
@@ -785,7 +799,8 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
             lr0, extra, milestones = lr0 * final, [(ps, lr * final) for ps, lr in extra], []
         trainer = NetworkTrainer(loss, [], others, modules=[net],
                                  learning_rate=lr0, lr_milestones=milestones,
-                                 lr_gamma=self.lr_gamma, extra_groups=extra, device=Xt.device)
+                                 lr_gamma=self.lr_gamma, extra_groups=extra, device=Xt.device,
+                                 epoch_fn=start_epoch, cuda_graph=gen if graphs else None)
         schedule_end = 0 if ft else \
             int(round(self.kl_ml_frac * E)) + int(round(self.kl_anneal_frac * E))
         try:
@@ -796,6 +811,9 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                               label=name)
         finally:
             net.holder.generator = None
+            # how the steps ran on CUDA (diagnostics: replayed steps, why graphs failed)
+            self._graph_report.append((name, trainer.n_steps, trainer.n_graph_steps,
+                                       trainer.graph_error))
             for p in net.parameters():  # no gradient left behind in the fitted model
                 p.grad = None
         if ft:  # a fixed number of epochs after the first stage: its record continues

@@ -215,11 +215,32 @@ class NetworkTrainer:
         Further parameters (no weight decay) with their own base learning rate (FiD-GP's
         ``lambda_lr``); the schedule scales them too.
     device : torch.device
+    epoch_fn : callable or None
+        ``epoch_fn(epoch)``, called before each epoch's steps (a loss captured as a CUDA
+        graph reads its per-epoch values, such as a KL weight, from tensors that this sets).
+    cuda_graph : NoiseTape or None
+        On CUDA: run the steps as CUDA graphs, one per batch size, each captured after
+        ``GRAPH_WARMUP`` eager steps of that size, with the step's host-drawn noise from
+        this tape (the loss must draw all of its noise through it and must not depend on
+        ``epoch`` except through ``epoch_fn``). A step of a network with thousands of small
+        kernels is then one launch instead of thousands. If a capture fails, the steps stay
+        eager (:attr:`graph_error` says why). Ignored on other devices.
     """
+
+    #: Eager steps of a batch size before its step is captured (the optimiser's state and
+    #: the libraries' handles are created by then, as CUDA graphs require).
+    GRAPH_WARMUP = 3
 
     def __init__(self, loss_fn, decay_params, other_params=(), *, modules=(),
                  optimizer="adam", learning_rate=1e-3, weight_decay=0.0, grad_clip=None,
-                 lr_milestones=(), lr_gamma=0.1, extra_groups=(), device="cpu"):
+                 lr_milestones=(), lr_gamma=0.1, extra_groups=(), device="cpu",
+                 epoch_fn=None, cuda_graph=None):
+        self.device = torch.device(device)
+        self.tape = cuda_graph if self.device.type == "cuda" else None
+        self.epoch_fn = epoch_fn
+        self.graph_error = None
+        self.n_graph_steps = 0  # steps replayed from a graph
+        self._graphs = {}  # batch size -> (graph, static rows, static loss) or a count
         self.loss_fn = loss_fn
         self.modules = list(modules)
         extra_groups = [(list(ps), float(lr)) for ps, lr in extra_groups]
@@ -236,17 +257,23 @@ class NetworkTrainer:
             g["base_lr"] = g["lr"]
         if not groups:
             raise ValueError("NetworkTrainer: there are no trainable parameters.")
+        kw = {}
+        if self.tape is not None:
+            # a captured step reads its learning rates from tensors that the schedule fills
+            dtype = groups[0]["params"][0].dtype
+            for g in groups:
+                g["lr"] = torch.tensor(g["lr"], dtype=dtype, device=self.device)
+            kw = {"capturable": True, "foreach": True}
         if optimizer == "adam":
-            self.optimizer = torch.optim.Adam(groups, lr=learning_rate)
+            self.optimizer = torch.optim.Adam(groups, lr=learning_rate, **kw)
         elif optimizer == "adamw":
-            self.optimizer = torch.optim.AdamW(groups, lr=learning_rate)
+            self.optimizer = torch.optim.AdamW(groups, lr=learning_rate, **kw)
         else:
             raise ValueError(f"optimizer must be 'adam' or 'adamw', got {optimizer!r}.")
         self.base_lr = float(learning_rate)
         self.grad_clip = grad_clip
         self.lr_milestones = sorted(int(m) for m in lr_milestones)
         self.lr_gamma = float(lr_gamma)
-        self.device = torch.device(device)
         self.epoch = 0  # epochs run so far (persists across calls, e.g. partial_fit)
         self.n_steps = 0
         self.lr_scale = 1.0  # lowered by ``fit(plateau_drops=...)``
@@ -274,7 +301,11 @@ class NetworkTrainer:
     def _set_lr(self):
         drops = sum(1 for m in self.lr_milestones if self.epoch >= m)
         for g in self.optimizer.param_groups:
-            g["lr"] = g["base_lr"] * self.lr_gamma ** drops * self.lr_scale
+            lr = g["base_lr"] * self.lr_gamma ** drops * self.lr_scale
+            if isinstance(g["lr"], torch.Tensor):
+                g["lr"].fill_(lr)
+            else:
+                g["lr"] = lr
 
     # ------------------------------------------------------------------ steps
     def run_epoch(self, n_rows, batch_size, rng):
@@ -286,6 +317,8 @@ class NetworkTrainer:
         """
         self._set_mode(True)
         self._set_lr()
+        if self.epoch_fn is not None:
+            self.epoch_fn(self.epoch)
         bs = n_rows if batch_size is None else max(1, min(int(batch_size), n_rows))
         if bs >= n_rows:
             order = torch.arange(n_rows, device=self.device)
@@ -294,17 +327,69 @@ class NetworkTrainer:
         total = None
         for start in range(0, n_rows, bs):
             rows = order[start:start + bs]
-            loss = self.loss_fn(rows, self.epoch)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
-            self.optimizer.step()
+            loss = self._graph_step(rows) if self.tape is not None else None
+            if loss is None:
+                loss = self._eager_step(rows)
             self.n_steps += 1
             part = loss.detach() * rows.shape[0]
             total = part if total is None else total + part
         self.epoch += 1
         return total / n_rows
+
+    def _eager_step(self, rows):
+        loss = self.loss_fn(rows, self.epoch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        self.optimizer.step()
+        return loss
+
+    def _graph_step(self, rows):
+        """One step replayed from the graph of its batch size (captured on first need);
+        ``None`` when this step is to run eagerly (a warm-up step, or graphs failed)."""
+        m = int(rows.shape[0])
+        entry = self._graphs.get(m, 0)
+        if isinstance(entry, int):
+            if entry < self.GRAPH_WARMUP:  # eager, on a side stream (CUDA graphs' rule)
+                if entry == self.GRAPH_WARMUP - 1:
+                    self.tape.start_record()
+                side = torch.cuda.Stream(device=self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    loss = self._eager_step(rows)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                self.tape.mode = "eager"
+                self._graphs[m] = entry + 1
+                return loss
+            try:
+                entry = self._capture(rows)
+            except Exception as exc:  # noqa: BLE001 - any failure: stay eager
+                self.graph_error = f"{type(exc).__name__}: {exc}"
+                self.tape.mode, self.tape = "eager", None
+                self._graphs = {}
+                return None
+            self._graphs[m] = entry
+        graph, static_rows, static_loss = entry
+        static_rows.copy_(rows)
+        self.tape.refill()
+        graph.replay()
+        self.n_graph_steps += 1
+        return static_loss.detach().clone()
+
+    def _capture(self, rows):
+        static_rows = rows.clone()
+        self.tape.start_capture(self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_loss = self.loss_fn(static_rows, self.epoch)
+            static_loss.backward()
+            if self.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+            self.optimizer.step()
+        self.tape.end_capture()
+        return graph, static_rows, static_loss
 
     def fit(self, n_rows, *, batch_size=None, max_epochs=100, rng=None, validate=None,
             validation_interval=10, n_iter_no_change=10, tol=1e-4, sync_steps=10,

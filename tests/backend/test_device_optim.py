@@ -105,3 +105,53 @@ def test_verbose_prints(capsys):
     fun = lambda x: (((x - 1.0) ** 2).sum(), 2 * (x - 1.0))  # noqa: E731
     minimize(fun, torch.zeros(1, dtype=torch.float64), verbose=1, label="unit")
     assert "[unit] eval" in capsys.readouterr().out
+
+
+def test_noise_tape_replays_the_eager_sequence():
+    """A tape's refilled buffer holds exactly the draws an eager step would make next, in
+    the recorded order, step after step; a captured step that asks for other noise fails."""
+    from skbnngp._backend._random import NoiseTape, TapeMismatch, host_rand, host_randn
+
+    f64 = torch.float64
+    tape = NoiseTape(make_generator(5, "cpu"))
+    tape.start_record()
+    first = [host_randn((3, 4), tape, "cpu", f64), host_rand((7,), tape, "cpu", f64)]
+    tape.start_capture("cpu")
+    views = [host_randn((3, 4), tape, "cpu", f64), host_rand((7,), tape, "cpu", f64)]
+    tape.end_capture()
+    eager = make_generator(5, "cpu")
+    for step in range(3):
+        if step:
+            tape.refill()
+        want = [torch.randn((3, 4), generator=eager, dtype=f64),
+                torch.rand((7,), generator=eager, dtype=f64)]
+        got = first if step == 0 else views
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+    tape.start_capture("cpu")
+    with pytest.raises(TapeMismatch):
+        host_rand((3, 4), tape, "cpu", f64)  # the plan starts with a normal draw
+    tape.start_capture("cpu")
+    host_randn((3, 4), tape, "cpu", f64)
+    with pytest.raises(TapeMismatch):
+        tape.end_capture()  # the uniform draw was never asked for
+
+
+def test_trainer_ignores_cuda_graph_off_cuda():
+    """On the CPU a tape changes nothing: the steps, the optimiser and the result are the
+    eager ones."""
+    from skbnngp._backend import NetworkTrainer
+    from skbnngp._backend._random import NoiseTape
+
+    def run(tape):
+        w = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+        target = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+        tr = NetworkTrainer(lambda rows, epoch: ((w - target) ** 2).sum(), [w],
+                            learning_rate=0.1, cuda_graph=tape)
+        tr.fit(4, max_epochs=20, n_iter_no_change=None)
+        return tr, w.detach().clone()
+
+    tr, w = run(NoiseTape(make_generator(0, "cpu")))
+    assert tr.tape is None and tr.n_graph_steps == 0
+    assert not isinstance(tr.optimizer.param_groups[0]["lr"], torch.Tensor)
+    assert torch.equal(w, run(None)[1])
