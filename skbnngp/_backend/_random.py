@@ -52,38 +52,31 @@ class TapeMismatch(RuntimeError):
 
 
 class NoiseTape:
-    """The host-drawn noise of a training step that is replayed as a CUDA graph.
+    """The host-drawn noise of training steps that are replayed as CUDA graphs.
 
-    A captured graph cannot copy fresh host draws itself, so the step's draws come from one
+    A captured graph cannot copy fresh host draws itself, so a step's draws come from a
     device buffer that is refilled before every replay, from the same CPU generator and in
     the same order as an eager step would draw them: a replayed step gets the numbers the
     eager step would have had, and the CPU and CUDA fits stay the same.
 
     Modes: ``"eager"`` draws from :attr:`generator` (what :func:`host_randn` does);
     ``"record"`` does the same and remembers each draw's kind, shape and dtype;
-    ``"capture"`` hands out views of the device buffer in the recorded order, drawing
-    nothing. :meth:`refill` draws the recorded sequence and copies it to the buffer.
+    ``"capture"`` hands out views of a slot's device buffer in the recorded order, drawing
+    nothing. Each captured graph has its own :class:`NoiseSlot` (its plan and buffers: a
+    graph reads the addresses it was captured with), which :meth:`refill` fills before that
+    graph's replay.
     """
 
     def __init__(self, generator):
         self.generator = generator
         self.mode = "eager"
         self.plan = []
-        self._next = 0
-        self._dev = None
-        self._host = []
-        self._events = []
-        self._turn = 0
+        self._slot = None
 
     def draw(self, kind, shape, device, dtype):
         shape = tuple(int(s) for s in shape)
         if self.mode == "capture":
-            if self._next >= len(self.plan) or self.plan[self._next][:3] != (kind, shape,
-                                                                              dtype):
-                raise TapeMismatch("the captured step draws other noise than the recorded one")
-            start, size = self.plan[self._next][3:]
-            self._next += 1
-            return self._dev[start:start + size].view(shape)
+            return self._slot.view(kind, shape, dtype)
         fn = torch.randn if kind == "randn" else torch.rand
         out = fn(shape, generator=self.generator, dtype=dtype)
         if self.mode == "record":
@@ -95,39 +88,66 @@ class NoiseTape:
         self.mode, self.plan = "record", []
 
     def start_capture(self, device):
-        """Allocate the buffers for the recorded plan and hand out its views from now on."""
+        """A new slot for the recorded plan; its views are handed out until
+        :meth:`end_capture`, which returns it."""
+        self._slot = NoiseSlot(self.plan, device)
+        self.mode = "capture"
+        return self._slot
+
+    def end_capture(self):
+        slot, self._slot, self.mode = self._slot, None, "eager"
+        if slot is not None and slot.next != len(slot.plan):
+            raise TapeMismatch("the captured step drew less noise than the recorded one")
+        return slot
+
+    def refill(self, slot):
+        """Draw the next step's noise, in ``slot``'s recorded order, into its buffer."""
+        host = slot.host_buffer()
+        for kind, shape, dtype, start, size in slot.plan:
+            fn = torch.randn if kind == "randn" else torch.rand
+            host[start:start + size].copy_(fn(shape, generator=self.generator,
+                                              dtype=dtype).reshape(-1))
+        slot.send(host)
+
+
+class NoiseSlot:
+    """One captured graph's noise: its recorded plan, device buffer and two pinned host
+    buffers used in turn (filling one never waits for the copy of the other)."""
+
+    def __init__(self, plan, device):
+        self.plan = list(plan)
         dtypes = {p[2] for p in self.plan}
         if len(dtypes) > 1:
             raise TapeMismatch("a step draws noise of more than one dtype")
         dtype = dtypes.pop() if dtypes else torch.float32
         total = self.plan[-1][3] + self.plan[-1][4] if self.plan else 0
-        self._dev = torch.empty(total, dtype=dtype, device=device)
-        # two host buffers in turn, so that filling one never waits for the last copy
-        pin = torch.device(device).type == "cuda"
-        self._host = [torch.empty(total, dtype=dtype, pin_memory=pin) for _ in range(2)]
-        self._events = [None, None]
-        self.mode, self._next = "capture", 0
+        self.dev = torch.empty(total, dtype=dtype, device=device)
+        self.cuda = torch.device(device).type == "cuda"
+        self.host = [torch.empty(total, dtype=dtype, pin_memory=self.cuda) for _ in range(2)]
+        self.events = [None, None]
+        self.turn = 0
+        self.next = 0
 
-    def end_capture(self):
-        if self._next != len(self.plan):
-            raise TapeMismatch("the captured step drew less noise than the recorded one")
-        self.mode = "eager"
+    def view(self, kind, shape, dtype):
+        if self.next >= len(self.plan) or self.plan[self.next][:3] != (kind, shape, dtype):
+            raise TapeMismatch("the captured step draws other noise than the recorded one")
+        start, size = self.plan[self.next][3:]
+        self.next += 1
+        return self.dev[start:start + size].view(shape)
 
-    def refill(self):
-        """Draw the next step's noise, in the recorded order, into the device buffer."""
-        k = self._turn
-        self._turn = 1 - k
-        if self._events[k] is not None:
-            self._events[k].synchronize()  # the copy that last read this host buffer is done
-        host = self._host[k]
-        for kind, shape, dtype, start, size in self.plan:
-            fn = torch.randn if kind == "randn" else torch.rand
-            host[start:start + size].copy_(fn(shape, generator=self.generator,
-                                              dtype=dtype).reshape(-1))
-        if self._dev.device.type != "cuda":
-            self._dev.copy_(host)
+    def host_buffer(self):
+        k = self.turn
+        if self.events[k] is not None:
+            self.events[k].synchronize()  # the copy that last read this buffer is done
+        return self.host[k]
+
+    def send(self, host):
+        k = self.turn
+        self.turn = 1 - k
+        if not self.cuda:
+            self.dev.copy_(host)
             return
-        self._dev.copy_(host, non_blocking=True)
+        self.dev.copy_(host, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
-        self._events[k] = event
+        self.events[k] = event

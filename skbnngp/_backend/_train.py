@@ -358,6 +358,7 @@ class NetworkTrainer:
                 side.wait_stream(torch.cuda.current_stream(self.device))
                 with torch.cuda.stream(side):
                     loss = self._eager_step(rows)
+                    self._step_counts_in_param_dtype()
                 torch.cuda.current_stream(self.device).wait_stream(side)
                 self.tape.mode = "eager"
                 self._graphs[m] = entry + 1
@@ -370,12 +371,22 @@ class NetworkTrainer:
                 self._graphs = {}
                 return None
             self._graphs[m] = entry
-        graph, static_rows, static_loss = entry
+        graph, static_rows, static_loss, slot = entry
         static_rows.copy_(rows)
-        self.tape.refill()
+        self.tape.refill(slot)
         graph.replay()
         self.n_graph_steps += 1
         return static_loss.detach().clone()
+
+    def _step_counts_in_param_dtype(self):
+        """A capturable Adam counts its steps in a float32 tensor, so its bias corrections
+        (``1 - beta2 ** t``: 1.3e-5 relative error at the first step) would differ from the
+        eager optimiser's double-precision ones; float64 parameters count in float64."""
+        for p, st in self.optimizer.state.items():
+            step = st.get("step")
+            if isinstance(step, torch.Tensor) and step.dtype != p.dtype \
+                    and p.dtype == torch.float64:
+                st["step"] = step.to(p.dtype)
 
     def _capture(self, rows):
         static_rows = rows.clone()
@@ -388,8 +399,8 @@ class NetworkTrainer:
             if self.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
             self.optimizer.step()
-        self.tape.end_capture()
-        return graph, static_rows, static_loss
+        slot = self.tape.end_capture()
+        return graph, static_rows, static_loss, slot
 
     def fit(self, n_rows, *, batch_size=None, max_epochs=100, rng=None, validate=None,
             validation_interval=10, n_iter_no_change=10, tol=1e-4, sync_steps=10,

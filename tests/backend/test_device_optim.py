@@ -108,8 +108,9 @@ def test_verbose_prints(capsys):
 
 
 def test_noise_tape_replays_the_eager_sequence():
-    """A tape's refilled buffer holds exactly the draws an eager step would make next, in
-    the recorded order, step after step; a captured step that asks for other noise fails."""
+    """A slot's refilled buffer holds exactly the draws an eager step would make next, in
+    the recorded order, step after step, and each captured graph keeps its own buffer; a
+    captured step that asks for other noise fails."""
     from skbnngp._backend._random import NoiseTape, TapeMismatch, host_rand, host_randn
 
     f64 = torch.float64
@@ -118,23 +119,33 @@ def test_noise_tape_replays_the_eager_sequence():
     first = [host_randn((3, 4), tape, "cpu", f64), host_rand((7,), tape, "cpu", f64)]
     tape.start_capture("cpu")
     views = [host_randn((3, 4), tape, "cpu", f64), host_rand((7,), tape, "cpu", f64)]
-    tape.end_capture()
+    slot = tape.end_capture()
+    tape.start_record()  # a second graph (another batch size), with its own buffer
+    host_randn((2,), tape, "cpu", f64)
+    tape.start_capture("cpu")
+    other = host_randn((2,), tape, "cpu", f64)
+    other_slot = tape.end_capture()
     eager = make_generator(5, "cpu")
+    want = [torch.randn((3, 4), generator=eager, dtype=f64),
+            torch.rand((7,), generator=eager, dtype=f64),
+            torch.randn((2,), generator=eager, dtype=f64)]
+    assert all(torch.equal(g, w) for g, w in zip(first, want))
     for step in range(3):
-        if step:
-            tape.refill()
+        tape.refill(slot)
         want = [torch.randn((3, 4), generator=eager, dtype=f64),
                 torch.rand((7,), generator=eager, dtype=f64)]
-        got = first if step == 0 else views
-        for g, w in zip(got, want):
-            assert torch.equal(g, w)
+        assert all(torch.equal(g, w) for g, w in zip(views, want))
+        if step == 1:
+            tape.refill(other_slot)
+            assert torch.equal(other, torch.randn((2,), generator=eager, dtype=f64))
+    tape.start_record()
+    host_randn((3, 4), tape, "cpu", f64)
     tape.start_capture("cpu")
     with pytest.raises(TapeMismatch):
         host_rand((3, 4), tape, "cpu", f64)  # the plan starts with a normal draw
     tape.start_capture("cpu")
-    host_randn((3, 4), tape, "cpu", f64)
     with pytest.raises(TapeMismatch):
-        tape.end_capture()  # the uniform draw was never asked for
+        tape.end_capture()  # the normal draw was never asked for
 
 
 def test_trainer_ignores_cuda_graph_off_cuda():
