@@ -288,9 +288,10 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
     scale_inputs : bool, default=True
         Standardise the features with the training mean and std.
     device : str or torch.device, default="auto"
-        ``"auto"``: CUDA when present, else the CPU. At the default network size training is
-        launch-bound and a CPU is faster than a GPU (``digits``: 52 s on 2 CPU cores, 154 s
-        on an H100); see the User Guide.
+        ``"auto"``: CUDA when present, else the CPU. On CUDA each training step is captured
+        once and replayed as a CUDA graph (the step's thousands of small kernels in one
+        launch): ``digits`` trains in 11.4 s on an H100 against 120.8 s with eager CUDA
+        steps and 52 s on 2 CPU cores; see the User Guide.
     dtype : {"float32", "float64"}, default="float32"
     random_state : int, RandomState instance or None, default=None
         Seeds the initial values, the training draws, the prediction draws and the OoD set-up.

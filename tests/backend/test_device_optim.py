@@ -166,3 +166,20 @@ def test_trainer_ignores_cuda_graph_off_cuda():
     assert tr.tape is None and tr.n_graph_steps == 0
     assert not isinstance(tr.optimizer.param_groups[0]["lr"], torch.Tensor)
     assert torch.equal(w, run(None)[1])
+
+
+def test_stream_mismatch_note_is_the_only_warning_silenced():
+    """The CUDA-graph warm-up hides autograd's stream-mismatch note, and nothing else."""
+    import warnings
+
+    from skbnngp._backend._train import _quiet_stream_mismatch
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with _quiet_stream_mismatch():
+            warnings.warn("The AccumulateGrad node's stream does not match the stream of "
+                          "the node that produced the incoming gradient.", UserWarning)
+            warnings.warn("a different note", UserWarning)
+        warnings.warn("The AccumulateGrad node's stream does not match (outside)", UserWarning)
+    assert [str(w.message) for w in seen] == [
+        "a different note", "The AccumulateGrad node's stream does not match (outside)"]
