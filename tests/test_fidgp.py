@@ -514,3 +514,25 @@ def test_cuda_graph_steps_match_eager_steps(monkeypatch):
     assert sum(r[2] for r in eager._graph_report) == 0
     np.testing.assert_allclose(graph.predict_proba(X), eager.predict_proba(X), atol=1e-6)
     np.testing.assert_allclose(graph.ood_score(X), eager.ood_score(X), rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_cuda_graph_capture_failure_falls_back_to_eager_steps(monkeypatch):
+    """A capture that fails leaves the fit to eager steps: it completes, says why in its
+    report, and trains the model that eager steps train."""
+    from skbnngp._backend._train import NetworkTrainer
+
+    X, y = load_iris(return_X_y=True)
+    kw = dict(hidden_layer_sizes=(8,), max_iter=5, batch_size=50, dtype="float64",
+              random_state=0, device="cuda")
+
+    def refuse(self, rows):
+        raise RuntimeError("no capture here")
+
+    monkeypatch.setattr(NetworkTrainer, "_capture", refuse)
+    fallback = FiDGPClassifier(**kw).fit(X, y)
+    first = fallback._graph_report[0]
+    assert first[2] == 0 and first[3] == "RuntimeError: no capture here"
+    monkeypatch.setattr(FiDGPClassifier, "_cuda_graphs", False)
+    eager = FiDGPClassifier(**kw).fit(X, y)
+    np.testing.assert_allclose(fallback.predict_proba(X), eager.predict_proba(X), atol=1e-6)
