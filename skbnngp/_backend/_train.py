@@ -242,7 +242,7 @@ class NetworkTrainer:
         self.epoch_fn = epoch_fn
         self.graph_error = None
         self.n_graph_steps = 0  # steps replayed from a graph
-        self._graphs = {}  # batch size -> (graph, static rows, static loss) or a count
+        self._graphs = {}  # batch size -> warm-up steps so far, or (graph, rows, loss, slot)
         self.loss_fn = loss_fn
         self.modules = list(modules)
         extra_groups = [(list(ps), float(lr)) for ps, lr in extra_groups]
