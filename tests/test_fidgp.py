@@ -504,8 +504,8 @@ def test_cuda_graph_steps_match_eager_steps(monkeypatch):
     """Steps replayed as CUDA graphs (two batch sizes: 40 and a last batch of 30) train the
     model that eager CUDA steps train, from the same host-drawn noise."""
     X, y = load_iris(return_X_y=True)
-    kw = dict(hidden_layer_sizes=(16,), max_iter=12, batch_size=40, dtype="float64",
-              random_state=0, device="cuda")
+    kw = {"hidden_layer_sizes": (16,), "max_iter": 12, "batch_size": 40, "dtype": "float64",
+          "random_state": 0, "device": "cuda"}
     graph = FiDGPClassifier(**kw).fit(X, y)
     assert all(err is None for *_, err in graph._graph_report), graph._graph_report
     assert sum(r[2] for r in graph._graph_report) >= 30  # most steps were replayed
@@ -523,8 +523,8 @@ def test_cuda_graph_capture_failure_falls_back_to_eager_steps(monkeypatch):
     from skbnngp._backend._train import NetworkTrainer
 
     X, y = load_iris(return_X_y=True)
-    kw = dict(hidden_layer_sizes=(8,), max_iter=5, batch_size=50, dtype="float64",
-              random_state=0, device="cuda")
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 5, "batch_size": 50, "dtype": "float64",
+          "random_state": 0, "device": "cuda"}
 
     def refuse(self, rows):
         raise RuntimeError("no capture here")
