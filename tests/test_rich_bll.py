@@ -175,7 +175,8 @@ def test_no_earlier_layers_gives_the_bll():
                                  torch.nn.Linear(6, 1)).double()
     frozen[0].requires_grad_(False)
     for net in (lin, frozen):
-        common = dict(network=net, train_network=False, noise_variance=0.1, device="cpu")
+        common = {"network": net, "train_network": False, "noise_variance": 0.1,
+                  "device": "cpu"}
         a = RichBLLRegressor(**common).fit(X, y)
         b = RichBLLRegressor(**common, uncertainty="bll").fit(X, y)
         assert a.n_params_body_ == 0
@@ -245,7 +246,7 @@ def test_dead_units_keep_the_fit_finite():
                               torch.nn.Linear(8, 1)).double()
     with torch.no_grad():
         net[0].bias[:4] = -1e3
-    common = dict(network=net, train_network=False, device="cpu")
+    common = {"network": net, "train_network": False, "device": "cpu"}
     rich = RichBLLRegressor(**common).fit(X, y).predict(X * 3, return_std=True)[1]
     bll = RichBLLRegressor(**common, uncertainty="bll").fit(X, y).predict(X * 3,
                                                                        return_std=True)[1]

@@ -47,6 +47,10 @@ def host_rand(shape, generator, device, dtype):
     return _send(torch.rand(tuple(shape), generator=generator, dtype=dtype), device)
 
 
+#: The host draws a :class:`NoiseTape` records, by kind.
+_DRAWS = {"randn": torch.randn, "rand": torch.rand}
+
+
 class TapeMismatch(RuntimeError):
     """A captured step asked for other noise than the step the tape recorded."""
 
@@ -77,8 +81,7 @@ class NoiseTape:
         shape = tuple(int(s) for s in shape)
         if self.mode == "capture":
             return self._slot.view(kind, shape, dtype)
-        fn = torch.randn if kind == "randn" else torch.rand
-        out = fn(shape, generator=self.generator, dtype=dtype)
+        out = _DRAWS[kind](shape, generator=self.generator, dtype=dtype)
         if self.mode == "record":
             start = self.plan[-1][3] + self.plan[-1][4] if self.plan else 0
             self.plan.append((kind, shape, dtype, start, out.numel()))
@@ -104,9 +107,8 @@ class NoiseTape:
         """Draw the next step's noise, in ``slot``'s recorded order, into its buffer."""
         host = slot.host_buffer()
         for kind, shape, dtype, start, size in slot.plan:
-            fn = torch.randn if kind == "randn" else torch.rand
-            host[start:start + size].copy_(fn(shape, generator=self.generator,
-                                              dtype=dtype).reshape(-1))
+            host[start:start + size].copy_(
+                _DRAWS[kind](shape, generator=self.generator, dtype=dtype).reshape(-1))
         slot.send(host)
 
 
