@@ -4,8 +4,11 @@
 default's single fitted T (the maximum of the posterior of log T under its N(0, 0.5^2)
 prior) with the predictive averaged over that posterior (a grid over log T), per set: test
 NLL, per-fold and pooled ECE, and the test temperature that would minimise the pooled NLL.
+``--prior-sds`` adds, from the same fits, the single T of other prior widths (``sd0.75``
+and so on: the network, and so every rule's test logits, does not depend on the prior).
 
     python scripts/diag_fidgp_temperature.py --fold-seed 1 --jobs 2
+    python scripts/diag_fidgp_temperature.py --prior-sds 0.75 1 1.5 --out sds_seed0.json
 """
 import argparse
 import json
@@ -30,7 +33,7 @@ def tempered_proba(logits, T):
     return softmax(logits / T, axis=2).mean(axis=0)
 
 
-def one(task):
+def one(task, prior_sds=()):
     import torch
     from sklearn.model_selection import StratifiedKFold
     from sklearn.preprocessing import StandardScaler
@@ -71,8 +74,14 @@ def one(task):
         out["post_mean_T"] = float(np.sum(w * np.exp(GRID)))
         out["n_val"] = int(v_y.size)
         out["val_errors"] = int(np.sum(tempered_proba(v_logits, 1.0).argmax(1) != v_y))
+        for sd in prior_sds:
+            t_sd, _ = F.fit_temperature(v_logits, v_y, prior_sd=sd)
+            out[f"sd{sd:g}"] = tempered_proba(test, t_sd).tolist()
+            out[f"T_sd{sd:g}"] = t_sd
     else:
         out["avg"] = out["map"]
+        for sd in prior_sds:
+            out[f"sd{sd:g}"], out[f"T_sd{sd:g}"] = out["map"], out["T"]
     return out
 
 
@@ -83,26 +92,30 @@ def main():
     ap.add_argument("--fold-seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--prior-sds", nargs="*", type=float, default=[],
+                    help="other widths of the prior of log T, scored from the same fits")
     a = ap.parse_args()
-    recs = Parallel(n_jobs=a.jobs)(delayed(one)((s, f, a.fold_seed))
+    recs = Parallel(n_jobs=a.jobs)(delayed(one)((s, f, a.fold_seed), a.prior_sds)
                                    for s in a.sets for f in range(5))
     if a.out:
         Path(a.out).write_text(json.dumps(recs))
     print(f"fold seed {a.fold_seed}")
     print(f"{'set':14s} {'rule':5s} {'NLL':>6s} {'ECEf':>6s} {'ECEp':>6s} {'T*':>5s}  "
           "per fold: T (MAP) / posterior mean of T / held-out rows, errors")
-    means = {"map": [], "avg": []}
+    rules = ["map", "avg"] + [f"sd{sd:g}" for sd in a.prior_sds]
+    means = {r: [] for r in rules}
     for s in a.sets:
         rs = [r for r in recs if r["set"] == s]
         yy = np.concatenate([r["y"] for r in rs])
-        for rule in ("map", "avg"):
+        for rule in rules:
             p = np.concatenate([np.array(r[rule]) for r in rs])
             nll = -np.mean(np.log(np.clip(p[np.arange(yy.size), yy], 1e-12, 1)))
             means[rule].append(nll)
             ecef = np.mean([ece_of(np.array(r["y"]), np.array(r[rule])) for r in rs])
             extra = "" if rule == "avg" else "  " + " ".join(
                 f"{r['T']:.2f}/{r.get('post_mean_T', 1):.2f}/{r.get('n_val', 0)},"
-                f"{r.get('val_errors', 0)}" for r in rs)
+                f"{r.get('val_errors', 0)}" for r in rs) if rule == "map" else "  T " + " ".join(
+                f"{r['T_' + rule]:.2f}" for r in rs)
             print(f"{s:14s} {rule:5s} {nll:6.3f} {ecef:6.3f} {ece_of(yy, p):6.3f} "
                   f"{best_T(np.log(np.clip(p, 1e-12, 1)), yy):5.2f}{extra}", flush=True)
     print("mean NLL: " + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in means.items()))
