@@ -112,10 +112,14 @@ def main():
             nll = -np.mean(np.log(np.clip(p[np.arange(yy.size), yy], 1e-12, 1)))
             means[rule].append(nll)
             ecef = np.mean([ece_of(np.array(r["y"]), np.array(r[rule])) for r in rs])
-            extra = "" if rule == "avg" else "  " + " ".join(
-                f"{r['T']:.2f}/{r.get('post_mean_T', 1):.2f}/{r.get('n_val', 0)},"
-                f"{r.get('val_errors', 0)}" for r in rs) if rule == "map" else "  T " + " ".join(
-                f"{r['T_' + rule]:.2f}" for r in rs)
+            if rule == "map":  # per fold: T / posterior mean of T / held-out rows, errors
+                extra = "  " + " ".join(
+                    f"{r['T']:.2f}/{r.get('post_mean_T', 1):.2f}/{r.get('n_val', 0)},"
+                    f"{r.get('val_errors', 0)}" for r in rs)
+            elif rule == "avg":
+                extra = ""
+            else:  # another prior width: its T per fold
+                extra = "  T " + " ".join(f"{r['T_' + rule]:.2f}" for r in rs)
             print(f"{s:14s} {rule:5s} {nll:6.3f} {ecef:6.3f} {ece_of(yy, p):6.3f} "
                   f"{best_T(np.log(np.clip(p, 1e-12, 1)), yy):5.2f}{extra}", flush=True)
     print("mean NLL: " + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in means.items()))

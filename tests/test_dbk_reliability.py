@@ -20,7 +20,8 @@ from ._promise import assert_same_predictions
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = dict(n_basis=8, hidden_layer_sizes=(8,), max_iter=5, device="cpu", random_state=0)
+SMALL = {"n_basis": 8, "hidden_layer_sizes": (8,), "max_iter": 5, "device": "cpu",
+         "random_state": 0}
 
 
 def _data(n, seed=0):
@@ -95,10 +96,10 @@ def test_caches_are_rebuilt_from_fitted_attributes(inference):
     preset, variance_correction, inference and dtype)."""
     X, y = _data(100)
     blob = pickle.dumps(DBKRegressor(**SMALL, inference=inference).fit(X, y))
-    for change in [dict(n_basis=32), dict(feature_scale=3.0), dict(preset="paper"),
-                   dict(variance_correction=inference == "svi"), dict(dtype="float32"),
-                   dict(inference="svi" if inference == "exact" else "exact"),
-                   dict(hidden_layer_sizes=(64, 64))]:
+    for change in [{"n_basis": 32}, {"feature_scale": 3.0}, {"preset": "paper"},
+                   {"variance_correction": inference == "svi"}, {"dtype": "float32"},
+                   {"inference": "svi" if inference == "exact" else "exact"},
+                   {"hidden_layer_sizes": (64, 64)}]:
         est = pickle.loads(blob)
         here = _outputs(est, X)
         est.set_params(**change)

@@ -282,7 +282,7 @@ def test_reproducible_and_sample_count_matters(iris_fit):
 
 def test_monte_carlo_variance_falls_with_more_draws(iris_fit):
     clf, X, _ = iris_fit
-    clf = FiDGPClassifier(**{**clf.get_params()})  # fresh estimator: same settings
+    clf = FiDGPClassifier(**clf.get_params())  # fresh estimator: same settings
     X_tr, y_tr = load_iris(return_X_y=True)
     clf.set_params(max_lambda=0.5, init_lambda=0.4).fit(X_tr, y_tr)
 
@@ -296,7 +296,7 @@ def test_monte_carlo_variance_falls_with_more_draws(iris_fit):
 
 def test_same_seed_same_fit_different_seed_different_fit():
     X, y = load_iris(return_X_y=True)
-    kw = dict(hidden_layer_sizes=(8,), max_iter=5, batch_size=50, device="cpu")
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 5, "batch_size": 50, "device": "cpu"}
     state = torch.random.get_rng_state()
     p1 = FiDGPClassifier(random_state=3, **kw).fit(X, y).predict_proba(X)
     assert torch.equal(state, torch.random.get_rng_state())
@@ -333,8 +333,8 @@ def test_the_default_trains_the_whole_schedule_without_a_warning():
     silently, and the default warm refit (``calibration="auto"``) adds a tenth of them; an
     explicit stopping rule that does not fire in time warns."""
     X, y = load_iris(return_X_y=True)
-    kw = dict(hidden_layer_sizes=(8,), max_iter=12, batch_size=150, random_state=0,
-              device="cpu", ood_projector_steps=5)
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 12, "batch_size": 150, "random_state": 0,
+          "device": "cpu", "ood_projector_steps": 5}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         clf = FiDGPClassifier(**kw).fit(X, y)
@@ -349,8 +349,8 @@ def test_the_default_trains_the_whole_schedule_without_a_warning():
 def test_class_weight_shifts_the_decision():
     X, y = load_iris(return_X_y=True)
     y = (y == 2).astype(int)
-    kw = dict(hidden_layer_sizes=(8,), max_iter=20, batch_size=50, learning_rate_init=1e-2,
-              random_state=0, device="cpu")
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 20, "batch_size": 50,
+          "learning_rate_init": 1e-2, "random_state": 0, "device": "cpu"}
     base = FiDGPClassifier(**kw).fit(X, y).predict_proba(X)[:, 1].mean()
     heavy = FiDGPClassifier(class_weight={0: 1.0, 1: 20.0}, **kw).fit(X, y)
     assert heavy.predict_proba(X)[:, 1].mean() > base
@@ -440,11 +440,12 @@ def test_predict_uncertainty_decomposition(digits_ood):
 
 def test_variants_train():
     X, y = load_iris(return_X_y=True)
-    for kw in [dict(sampling="reparam", flow_length=0), dict(sampling="mean", flow_length=2),
-               dict(fid_layers="last", ood_projector="linear", ood_method="gradient"),
-               dict(ood_method="inducing"), dict(ood_method="gradient", layer_budget=0.5),
-               dict(fid_layers=[0], flow_on_output_layer=False, z_init="orthogonal",
-                    lambda_lr=1e-2, lambda_l2=1.0, n_train_samples=2)]:
+    for kw in [{"sampling": "reparam", "flow_length": 0},
+               {"sampling": "mean", "flow_length": 2},
+               {"fid_layers": "last", "ood_projector": "linear", "ood_method": "gradient"},
+               {"ood_method": "inducing"}, {"ood_method": "gradient", "layer_budget": 0.5},
+               {"fid_layers": [0], "flow_on_output_layer": False, "z_init": "orthogonal",
+                "lambda_lr": 1e-2, "lambda_l2": 1.0, "n_train_samples": 2}]:
         clf = FiDGPClassifier(hidden_layer_sizes=(8,), max_iter=4, batch_size=75,
                               random_state=0, device="cpu", **kw).fit(X, y)
         assert clf.predict_proba(X).shape == (150, 3)
@@ -491,8 +492,8 @@ def test_bad_input():
 def test_cuda_matches_cpu():
     """Host-drawn noise: the same seed trains the same model on CUDA as on the CPU."""
     X, y = load_iris(return_X_y=True)
-    kw = dict(hidden_layer_sizes=(8,), max_iter=5, batch_size=50, dtype="float64",
-              random_state=0)
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 5, "batch_size": 50, "dtype": "float64",
+          "random_state": 0}
     cpu = FiDGPClassifier(device="cpu", **kw).fit(X, y)
     gpu = FiDGPClassifier(device="cuda", **kw).fit(X, y)
     np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), atol=1e-6)

@@ -19,7 +19,7 @@ from ._promise import assert_same_predictions
 
 DT = torch.float64
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-SMALL = dict(hidden_layer_sizes=(16,), max_iter=40, device="cpu")
+SMALL = {"hidden_layer_sizes": (16,), "max_iter": 40, "device": "cpu"}
 
 
 def _data(n=80, d=2, seed=0):
@@ -156,9 +156,9 @@ def test_exact_span_network_gives_the_ntk_gp():
     """§8.5: with identity activation and a square first layer, phi_m is linear in phi_r,
     so Rich-BLL (no ridge) equals the exact NTK-GP; §8.6: NTK-GP >= BLL."""
     X, y = _data(n=50, d=3)
-    common = dict(network=_identity_net(3), train_network=False, noise_variance=0.05,
-                  projection_ridge=0.0, device="cpu", scale_inputs=False,
-                  include_noise=False)
+    common = {"network": _identity_net(3), "train_network": False, "noise_variance": 0.05,
+              "projection_ridge": 0.0, "device": "cpu", "scale_inputs": False,
+              "include_noise": False}
     Xq = X[:10] * 2.5
     rich = RichBLLRegressor(**common).fit(X, y).predict(Xq, return_std=True)[1]
     ntk = RichBLLRegressor(**common, uncertainty="ntk").fit(X, y).predict(Xq, return_std=True)[1]
@@ -230,8 +230,8 @@ def test_estimator_dominance_and_full_subsample_is_exact():
 def test_target_independence():
     """§8.11: with a fixed network and noise, the variances depend on X only."""
     X, y = _data(n=50)
-    common = dict(network=_identity_net(2), train_network=False, noise_variance=0.1,
-                  device="cpu")
+    common = {"network": _identity_net(2), "train_network": False, "noise_variance": 0.1,
+              "device": "cpu"}
     a = RichBLLRegressor(**common).fit(X, y)
     b = RichBLLRegressor(**common).fit(X, np.random.default_rng(1).permutation(y) + 5)
     np.testing.assert_allclose(a.predict(X, return_std=True)[1],
