@@ -29,7 +29,7 @@ from sklearn.model_selection import KFold
 from sklearn.preprocessing import StandardScaler
 
 from skbnngp import StudentTProcessRegressor
-from skbnngp._backend._gp import student_t_calibration
+from skbnngp._backend._calibration import student_t_calibration
 from skbnngp.datasets import load_dataset
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 import numbers
 import warnings
 from contextlib import contextmanager
@@ -13,13 +12,11 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from sklearn.utils import check_random_state
 
-from ._backend import (as_tensor, loo_variance_factor, minimize, resolve_device, resolve_dtype,
-                       stable_cholesky, student_t_calibration, to_numpy)
+from ._backend import (minimize, resolve_device, resolve_dtype,
+                       to_numpy)
 from ._backend._train import mlp_from_state, mlp_to_state
-from ._scale_mixture import Mixing
-from .exceptions import DeviceWarning, NumericalWarning
+from .exceptions import DeviceWarning
 from .utils._sklearn_compat import Interval, StrOptions, validate_parameter_constraints
 
 #: Constraints reused by every estimator's ``_parameter_constraints``.
@@ -170,6 +167,14 @@ def input_scaling(X, method="standard", enabled=True):
     return off * big, scale
 
 
+def fit_input_scaling(estimator, X, enabled=True, method="standard"):
+    """Store the per-column scaling of :func:`input_scaling` on ``estimator`` as
+    ``_X_offset`` and ``_X_scale`` (what every ``predict`` applies) and return the scaled
+    ``X``."""
+    estimator._X_offset, estimator._X_scale = input_scaling(X, method, enabled)
+    return (X - estimator._X_offset) / estimator._X_scale
+
+
 def check_hidden_layer_sizes(sizes):
     """``hidden_layer_sizes`` as a tuple of positive ints, or a ValueError naming it."""
     out = tuple(sizes)
@@ -293,196 +298,6 @@ class TorchEstimatorMixin:
         if isinstance(net, dict) and "mlp_plan" in net:
             state["network_"] = mlp_from_state(net, state.get("device_", "cpu")).eval()
         self.__dict__.update(state)
-
-
-class PredictDistMixin:
-    """``predict_std`` for regressors that implement ``predict(X, return_std=True)``."""
-
-    def predict_std(self, X):
-        """Predictive standard deviation of y at ``X`` (``inf`` where it does not exist).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        std : ndarray of shape (n_samples,) or (n_samples, n_targets)
-        """
-        return self.predict(X, return_std=True)[1]
-
-
-def clip_variances(estimator, V, full_cov):
-    """Clip negative predictive variances to 0, warning when they are not round-off.
-
-    ``V`` is a NumPy vector of variances or a covariance matrix (its diagonal is clipped).
-    """
-    diag = np.diagonal(V) if full_cov else V
-    scale = max(1.0, float(np.abs(diag).max(initial=0.0)))
-    if np.any(diag < -1e-8 * scale):
-        warnings.warn(f"{type(estimator).__name__}: predicted variances down to "
-                      f"{diag.min():.3g} were clipped to 0.", NumericalWarning, stacklevel=4)
-    if full_cov:
-        V = V.copy()
-        np.fill_diagonal(V, np.maximum(diag, 0.0))
-        return V
-    return np.maximum(V, 0.0)
-
-
-class GPRegressorMixin(PredictDistMixin):
-    """Target normalisation and ``predict`` assembly shared by the GP-type regressors.
-
-    A subclass implements ``_latent(X, full_cov)`` returning the normalised predictive mean
-    (m x C) and the unit-amplitude variance (m,) or covariance (m x m), and may override
-    ``_variance_multiplier()`` (1 by default; ``E[s | y]`` for a scale mixture).
-    """
-
-    def _normalise_targets(self, y):
-        """Store the target statistics and return ``y`` as a normalised (n, C) array.
-
-        The statistics are computed in float64 after dividing by the largest magnitude, so
-        that targets near the float limits (1e30 in float32, 1e155 in float64) neither
-        overflow when squared nor lose the mean.
-        """
-        self._y_1d = y.ndim == 1
-        Y = np.asarray(y.reshape(-1, 1) if self._y_1d else y, dtype=np.float64)
-        if Y.shape[1] == 0:
-            raise ValueError("y has 0 targets; at least one is required.")
-        if self.normalize_y:
-            big = np.abs(Y).max(axis=0)
-            big = np.where(big > 0, big, 1.0)
-            Ys = Y / big
-            mean, std = Ys.mean(axis=0), Ys.std(axis=0)
-            tiny = 10 * np.finfo(np.float64).eps * np.maximum(np.abs(mean), 1e-300)
-            self._y_train_mean = mean * big
-            self._y_train_std = np.where(std > tiny, std * big, np.where(
-                np.abs(mean) > 0, np.abs(self._y_train_mean), 1.0))
-            return (Ys - mean) * (big / self._y_train_std)
-        self._y_train_mean, self._y_train_std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
-        return Y
-
-    def _unscale(self, mean):
-        out = mean * self._y_train_std + self._y_train_mean
-        return out[:, 0] if self._y_1d else out
-
-    #: Central interval whose leave-one-out coverage ``variance_calibration="loo"`` matches.
-    _calibration_level = 0.95
-
-    def _calibrate_variance(self, engine, state, params, unit_quantile):
-        """Set ``calibration_factor_`` from the leave-one-out residuals of the fitted ``state``.
-
-        ``unit_quantile`` is the ``(1 + level) / 2`` quantile of the predictive at unit
-        variance. 1 unless ``variance_calibration`` is ``"loo"`` (see
-        :func:`loo_variance_factor`) or ``"student_t"`` (also sets ``predictive_df_``; see
-        :func:`student_t_calibration`). The Student-t fit reads the residuals against the
-        model's own amplitude (:meth:`_model_mixing`), and never chooses lighter tails than
-        its own (:meth:`Mixing.t_reference`).
-        """
-        self.calibration_factor_ = 1.0
-        if self.variance_calibration not in ("loo", "student_t"):
-            return
-        r, v = engine.loo(state, params)
-        z = to_numpy(r) / np.sqrt(np.maximum(to_numpy(v), 1e-300))[:, None]
-        if self.variance_calibration == "student_t":  # the predictive made a t
-            s0, max_df = self._model_mixing().t_reference()
-            self.predictive_df_, self.calibration_factor_ = student_t_calibration(
-                z / math.sqrt(s0), self._calibration_level, max_df=max_df)
-        else:
-            self.calibration_factor_ = loo_variance_factor(z, unit_quantile,
-                                                           self._calibration_level)
-
-    def _model_mixing(self):
-        """The fitted model's own amplitude, before any calibration: a point mass at 1 (a
-        Gaussian process). The Student-t process overrides it with its posterior."""
-        return Mixing("delta", value=1.0)
-
-    def _mixing(self):
-        """The predictive's amplitude as a scale mixture of the Gaussian: the model's own
-        (:meth:`_model_mixing`) or, after a Student-t calibration, ``InvGamma(df/2, df s0 /
-        2)`` with ``df = predictive_df_`` (a Student-t at the model's squared scale ``s0``,
-        :meth:`Mixing.t_reference`)."""
-        mix = self._model_mixing()
-        df = getattr(self, "predictive_df_", math.inf)  # inf: uncalibrated, or an older pickle
-        if math.isinf(df):
-            return mix
-        s0 = mix.t_reference()[0]
-        return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0 * s0)
-
-    def _variance_multiplier(self):
-        return self._mixing().mean()  # inf where df <= 2: a t without a variance
-
-    def _sample_scales(self, n_samples, rng):
-        """Amplitude of each joint draw (1 for a Gaussian process; a scale mixture draws s)."""
-        return self._mixing().sample(n_samples, rng)
-
-    def _predictive_dist(self, X):
-        """Frozen ``scipy.stats`` predictive of y at ``X``: ``norm``, or ``t`` under a
-        Student-t mixing, at the scale of the unit-amplitude variance."""
-        mean, V = self._latent(X)
-        loc = self._check_finite(self._unscale(mean), "mean")
-        # sqrt before scaling: no overflow for targets near the float limit
-        std = np.sqrt(np.asarray(V, dtype=np.float64))[:, None] * self._y_train_std[None, :]
-        std = self._check_finite(std[:, 0] if self._y_1d else std, "std")
-        return self._mixing().predictive(loc, std=std)
-
-    def sample_y(self, X, n_samples=1, random_state=0):
-        """Draw joint samples from the predictive at ``X`` (noise included by default).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples_X, n_features)
-        n_samples : int, default=1
-            Number of joint draws.
-        random_state : int, RandomState instance or None, default=0
-            Seeds the draws (as in sklearn's ``GaussianProcessRegressor.sample_y``).
-
-        Returns
-        -------
-        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets,
-            n_samples)
-        """
-        if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) \
-                or n_samples < 1:
-            raise ValueError(f"n_samples must be an integer >= 1, got {plain(n_samples)!r}.")
-        rng = check_random_state(random_state)
-        mean, V = self._latent(X, full_cov=True)
-        Lv, _ = stable_cholesky(as_tensor(V, self.device_, self._dtype),
-                                context=f"{type(self).__name__}: predictive covariance")
-        m, C = mean.shape
-        s = self._sample_scales(n_samples, rng)
-        z = as_tensor(rng.standard_normal((m, C * n_samples)), self.device_, self._dtype)
-        draws = to_numpy(Lv @ z).reshape(m, C, n_samples) * np.sqrt(s)[None, None, :]
-        out = (mean[:, :, None] + draws) * self._y_train_std[None, :, None] \
-            + self._y_train_mean[None, :, None]
-        return out[:, 0, :] if self._y_1d else out
-
-    def _predict_moments(self, X, return_std=False, return_cov=False):
-        if return_std and return_cov:
-            raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        mean, V = self._latent(X, full_cov=return_cov)
-        y_mean = self._check_finite(self._unscale(mean), "mean")
-        if not (return_std or return_cov):
-            return y_mean
-        mult = self._variance_multiplier()
-        # an infinite multiplier is a true answer (a Student-t predictive with df <= 2 has no
-        # variance); otherwise a non-finite std or covariance is an error
-        exists = bool(np.isfinite(mult))
-        if return_std:  # sqrt before scaling: no overflow for targets near the float limit
-            std = np.sqrt(np.asarray(V, dtype=np.float64)[:, None] * mult) * self._y_train_std
-            std = std[:, 0] if self._y_1d else std
-            return y_mean, (self._check_finite(std, "std") if exists else std)
-        cov = np.asarray(V, dtype=np.float64)[:, :, None] * (mult * self._y_train_std**2)
-        cov = cov[:, :, 0] if self._y_1d else cov
-        return y_mean, (self._check_finite(cov, "covariance") if exists else cov)
-
-    def _check_finite(self, values, what):
-        """Raise (instead of returning NaN or inf) when a prediction is not finite."""
-        if not np.all(np.isfinite(values)):
-            raise ValueError(
-                f"{type(self).__name__}: the predictive {what} at X is not finite (X may lie "
-                "far outside the training range, or the targets' scale exceeds float64); "
-                "rescale X or y.")
-        return values
 
 
 def fit_hyperparameters(estimator, engine, raw, free, bounds, rng, *, method, max_iter, tol,

@@ -11,7 +11,6 @@ import warnings
 
 import numpy as np
 import torch
-from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -21,13 +20,12 @@ from ._backend import (ACTIVATIONS, BLREvidence, BLRPosterior, DiagNoiseEvidence
                        as_tensor,
                        auto_batch_size, blr_fit_scales, blr_log_evidence, blr_log_evidence_diag,
                        blr_posterior,
-                       blr_stats, build_mlp, chunked_apply, iter_slices, loo_variance_factor,
-                       student_t_calibration,
-                       to_float, to_numpy)
-from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
-                    TorchEstimatorMixin, check_hidden_layer_sizes, check_predict_params,
-                    clip_variances,
-                    fit_transaction, input_scaling, transactional, user_network)
+                       blr_stats, build_mlp, chunked_apply, iter_slices, to_float, to_numpy)
+from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
+                    check_hidden_layer_sizes, fit_transaction,
+                    input_scaling, transactional, user_network)
+from ._calibration import fit_variance_calibration
+from ._predictive import RegressorPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -239,7 +237,7 @@ class _DBKState:
 DBK_MAX_TEST_DF = 2.0
 
 
-class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEstimator):
+class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin, BaseEstimator):
     """Gaussian process whose kernel is the inner product of a network's outputs.
 
     A network maps ``x`` to ``n_basis`` features ``phi(x)`` and the kernel is
@@ -646,10 +644,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
     def _fit_scaling(self, X):
         lo, hi = X.min(axis=0), X.max(axis=0)
         self.x_min_, self.x_max_ = lo, hi
-        self._x_offset, self._x_scale = input_scaling(X, "minmax_half", self.scale_inputs)
+        self._X_offset, self._X_scale = input_scaling(X, "minmax_half", self.scale_inputs)
 
     def _scale_X(self, X):
-        return (X - self._x_offset) / self._x_scale
+        return (X - self._X_offset) / self._X_scale
 
     def _make_network(self, n_features, seed, device, dtype):
         name = type(self).__name__
@@ -790,11 +788,10 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
                 d = s2 + self._correction_term(Phi, M, correction)
                 gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
                 z[sl] = (Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1)
-        level = self._calibration_level
-        if self.variance_calibration == "student_t":  # narrower only for heavy tails
-            return student_t_calibration(to_numpy(z), level, max_test_df=DBK_MAX_TEST_DF)
-        return math.inf, loo_variance_factor(to_numpy(z),
-                                             float(stats.norm.ppf(0.5 + level / 2)), level)
+        method = {"loo": "gaussian"}.get(self.variance_calibration, self.variance_calibration)
+        # the Student-t calibration trusts a narrower scale only for heavy tails
+        factor, df = fit_variance_calibration(method, to_numpy(z), max_test_df=DBK_MAX_TEST_DF)
+        return df, factor
 
     @staticmethod
     def _correction_term(Phi, M, correction):
@@ -1147,60 +1144,21 @@ class DBKRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEs
         return self
 
     # ================================================================== predict
-    def _latent(self, X, *, full_cov=False):
+    _predict_params = ("include_noise",)
+
+    def _latent_moments(self, Xq, full_cov):
         """Normalised predictive mean (m x C) and variance (m,) or covariance (m x m)."""
-        check_is_fitted(self)
-        check_predict_params(self, "include_noise")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
-        Xq = as_tensor(self._scale_X(X), self.device_, self._dtype)
         Phi = self._features(cache["feat"], Xq, self._chunk_rows)
         post, s2, M = cache["post"], cache["s2"], cache["M"]
         with torch.no_grad():
             mean, var = self._moments(post, Phi, s2, M, self.variance_correction_,
                                       include_noise=self.include_noise)
-            k = getattr(self, "calibration_factor_", 1.0)
             if full_cov:
                 V = post.covariance(Phi)
                 V.diagonal().copy_(var)
-                return to_numpy(mean), clip_variances(self, to_numpy(V) * k, True)
-        return to_numpy(mean), clip_variances(self, to_numpy(var) * k, False)
-
-    def predict(self, X, return_std=False, return_cov=False):
-        """Predictive mean, and optionally its standard deviation or covariance.
-
-        The std/cov describe y (noise and variance correction included) unless
-        ``include_noise=False``. Prediction costs O(r^2) per row, in row blocks.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        return_std : bool, default=False
-        return_cov : bool, default=False
-
-        Returns
-        -------
-        y_mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
-        y_std : ndarray of shape (n_samples,) or (n_samples, n_targets), optional
-        y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, \
-n_targets), optional
-        """
-        return self._predict_moments(X, return_std, return_cov)
-
-    def predict_dist(self, X):
-        """Frozen predictive distribution of y at ``X`` (eq. 6 / 12 / 10).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        dist : scipy.stats frozen ``norm``, or ``t`` with ``predictive_df_`` degrees of
-            freedom (``variance_calibration="student_t"``), with arrays of shape
-            (n_samples,) or (n_samples, n_targets)
-        """
-        return self._predictive_dist(X)
+                return to_numpy(mean), to_numpy(V)
+        return to_numpy(mean), to_numpy(var)
 
     def log_marginal_likelihood(self, X=None, y=None):
         """Exact log marginal likelihood (eq. 5) of normalised targets under the fitted

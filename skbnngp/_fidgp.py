@@ -25,6 +25,7 @@ from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_hidden_layer_sizes, check_predict_params, input_scaling, plain,
                     transactional)
 from ._base import check_class_labels
+from ._predictive import ClassifierPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
 
@@ -118,7 +119,8 @@ def _load_state(module, state, device, dtype):
     return module.to(device=device, dtype=dtype)
 
 
-class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
+class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, ClassifierMixin,
+                      BaseEstimator):
     """Classifier whose network weights come from small inducing matrices with a flow posterior.
 
     Each chosen linear layer of a multilayer perceptron draws its weights from a Gaussian-process
@@ -623,7 +625,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
                                  f"{self.lr_milestones_frac!r}.")
 
     def _scale(self, X):
-        return (X - self._x_offset) / self._x_scale
+        return (X - self._X_offset) / self._X_scale
 
     # ================================================================== fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -681,7 +683,7 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         """Train a network on ``(X, y_idx)`` and set the fitted attributes that describe it;
         returns the network and the scaled training inputs (for the OoD set-up). ``stage``
         labels the progress and warnings of a network that is not the final one."""
-        self._x_offset, self._x_scale = input_scaling(X, "standard", self.scale_inputs)
+        self._X_offset, self._X_scale = input_scaling(X, "standard", self.scale_inputs)
         plan = self._layer_plan(X.shape[1], n_classes)
         net = self._build_network(plan, int(seeds[0]), device, dtype)
         Xt = as_tensor(self._scale(X), device, dtype)
@@ -1052,53 +1054,6 @@ class FiDGPClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
         check_predict_params(self, "n_predict_samples")
         p = to_numpy(self._draw_probs(X, self.n_predict_samples, self._predict_seed).mean(0))
         return p / p.sum(axis=1, keepdims=True)
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba` (floored at the smallest positive float).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        log_proba : ndarray of shape (n_samples, n_classes)
-        """
-        return np.log(np.maximum(self.predict_proba(X), np.finfo(np.float64).tiny))
-
-    def decision_function(self, X):
-        """Log-odds of the predictive (binary) or its log-probabilities (multi-class).
-
-        Consistent with :meth:`predict_proba`: ranks agree and ``predict`` takes the
-        positive class exactly where the binary score is positive.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        score : ndarray of shape (n_samples,) or (n_samples, n_classes)
-        """
-        check_is_fitted(self)
-        logp = self.predict_log_proba(X)
-        if len(self.classes_) == 2:
-            return logp[:, 1] - logp[:, 0]
-        return logp
-
-    def predict(self, X):
-        """The class of largest predicted probability.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y : ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def predict_uncertainty(self, X):
         """Predictive entropy and its split into expected entropy and mutual information.

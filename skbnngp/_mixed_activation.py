@@ -10,7 +10,6 @@ from functools import partial
 
 import numpy as np
 import torch
-from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.utils import check_array, check_random_state
@@ -18,9 +17,8 @@ from sklearn.utils import check_array, check_random_state
 from ._backend import (ExactGP, NystromGP, as_tensor, gp_predict, iter_slices,
                        to_float, to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
-                    DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    check_predict_params, clip_variances, fit_hyperparameters, input_scaling, plain,
-                    transactional)
+                    DTYPE_CONSTRAINT, TorchEstimatorMixin, check_bounds, fit_hyperparameters, input_scaling, plain, transactional)
+from ._predictive import RegressorPredictiveMixin
 from .kernels import PAPER_ACTIVATIONS, Activation, mixed_activation_kernel
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -97,7 +95,7 @@ def _kernel(acts, p, X1, X2=None, diag=False):
         activations=acts, diag=diag)
 
 
-class MixedActivationGPRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin,
+class MixedActivationGPRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin,
                                  BaseEstimator):
     """Gaussian process with a mixed-activation NNGP kernel, MAP hyperparameters and Nystrom
     (or exact) inference.
@@ -530,8 +528,8 @@ default=("tanh", "leaky_relu")
         self._set_fitted(raw, st, priors)
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         if self.preset is None:
-            self._calibrate_variance(engine, st, layout.unpack(raw),
-                                     float(stats.norm.ppf(0.5 + self._calibration_level / 2)))
+            method = {"loo": "gaussian"}.get(self.variance_calibration, self.variance_calibration)
+            self._calibrate_from_loo(method, engine, st, layout.unpack(raw))
         return self
 
     def _make_engine(self, Xt, Yt, Zt):
@@ -636,57 +634,16 @@ default=("tanh", "leaky_relu")
         super().__setstate__(state)
 
     # ------------------------------------------------------------------ predict
-    def _latent(self, X, *, full_cov=False):
+    _predict_params = ("include_noise", "batch_size")
+
+    def _latent_moments(self, Xq, full_cov):
         """Normalised predictive mean (q x C) and variance (q,) or covariance (q x q)."""
-        check_is_fitted(self)
-        check_predict_params(self, "include_noise", "batch_size")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
         p = cache["p"]
-        Xq = as_tensor(self._scale_X(X), self.device_, self._dtype)
         mean, V = gp_predict(partial(_kernel, self._layout.acts), p, cache, Xq, full_cov=full_cov,
                              noise=p["noise_variance"] if self.include_noise else 0.0,
                              batch_size=self.batch_size)
-        V = to_numpy(V) * getattr(self, "calibration_factor_", 1.0)
-        return to_numpy(mean), clip_variances(self, V, full_cov)
-
-    def predict(self, X, return_std=False, return_cov=False):
-        """Predictive mean, and optionally its standard deviation or covariance.
-
-        The std/cov are those of y (noise included) unless ``include_noise=False``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        return_std : bool, default=False
-        return_cov : bool, default=False
-
-        Returns
-        -------
-        y_mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
-        y_std : ndarray of shape (n_samples,) or (n_samples, n_targets), optional
-        y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, \
-n_targets), optional
-        """
-        return self._predict_moments(X, return_std, return_cov)
-
-    def predict_dist(self, X):
-        """Frozen predictive distribution of y at ``X``.
-
-        It includes the noise variance (the distribution of a new noisy target) unless
-        ``include_noise=False``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        dist : scipy.stats frozen ``norm``, or ``t`` with ``predictive_df_`` degrees of
-            freedom (``variance_calibration="student_t"``), with arrays of shape
-            (n_samples,) or (n_samples, n_targets)
-        """
-        return self._predictive_dist(X)
+        return to_numpy(mean), to_numpy(V)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """Log marginal likelihood of the normalised training targets (no prior terms).

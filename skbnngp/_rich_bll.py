@@ -10,20 +10,18 @@ import warnings
 
 import numpy as np
 import torch
-from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._backend import (ACTIVATIONS, BLREvidence, NetworkTrainer, as_tensor, auto_batch_size,
-                       blr_fit_scales, blr_posterior, build_mlp, loo_variance_factor,
-                       stable_cholesky, student_t_calibration, to_float, to_numpy)
+                       blr_fit_scales, blr_posterior, build_mlp, stable_cholesky, to_float, to_numpy)
 from ._backend._jacobian import GaussianSketch, body_jacobians, head_features, split_parameters
-from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, GPRegressorMixin,
-                    TorchEstimatorMixin, check_hidden_layer_sizes, check_predict_params,
-                    clip_variances, input_scaling, transactional, user_network)
-from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
-                                    validate_data)
+from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
+                    check_hidden_layer_sizes, input_scaling,
+                    transactional, user_network)
+from ._predictive import RegressorPredictiveMixin
+from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, validate_data)
 
 F64 = torch.float64
 #: Ridges (relative to the mean eigenvalue of the feature Gram matrix) that
@@ -72,7 +70,7 @@ def posterior_factor(G_S, AtA, noise, n_scale=1.0, prior_variance=1.0, context="
     return math.sqrt(prior_variance) * (L @ post.factor)
 
 
-class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, BaseEstimator):
+class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin, BaseEstimator):
     """Network regression with a Bayesian last layer enriched by projected NTK features.
 
     A multilayer perceptron is trained by mean-squared error (with early stopping); then,
@@ -453,9 +451,9 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(np.iinfo(np.int32).max))
-        self._x_offset, self._x_scale = input_scaling(X, "standard", self.scale_inputs)
+        self._X_offset, self._X_scale = input_scaling(X, "standard", self.scale_inputs)
         Y = self._normalise_targets(y)
-        Xt = as_tensor((X - self._x_offset) / self._x_scale, device, dtype)
+        Xt = as_tensor((X - self._X_offset) / self._X_scale, device, dtype)
         Yt = as_tensor(Y, device, dtype)
         net = self._make_network(X.shape[1], seed, device, dtype)
         val_mse = None
@@ -489,12 +487,7 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
             f, Phi = self._features(Xv, cache)
             PT, noise = self._variance_factor(Phi, cache, 1.0, True)
             z = (Yv.to(F64).reshape(-1) - f.reshape(-1)) / (PT.square().sum(1) + noise).sqrt()
-        z = to_numpy(z)
-        if student_t:
-            self.predictive_df_, self.calibration_factor_ = student_t_calibration(z)
-        else:
-            self.predictive_df_ = math.inf
-            self.calibration_factor_ = loo_variance_factor(z, stats.norm.ppf(0.975), 0.95)
+        self._fit_calibration("student_t" if student_t else "gaussian", to_numpy(z))
 
     def _refit_network(self, n_features, seed, device, dtype, Xt, Yt, rng, lr_drops=()):
         """The paper's refit: the same initial network trained on every row for
@@ -717,51 +710,15 @@ class RichBLLRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin, Ba
         PT = (Phi @ cache["T"]) * math.sqrt(k)
         return PT, (k * self.noise_variance_ if include_noise else 0.0)
 
-    def _latent(self, X, *, full_cov=False):
-        check_is_fitted(self)
-        check_predict_params(self, "include_noise", "batch_size_predict")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+    _predict_params = ("include_noise", "batch_size_predict")
+
+    def _latent_moments(self, Xq, full_cov):
+        """Network output (m x 1) and the latent-plus-noise variance (m,) or covariance."""
         cache = self._get_cache()
-        Xq = as_tensor((X - self._x_offset) / self._x_scale, self.device_, self._dtype)
         f, Phi = self._features(Xq, cache)
-        k = getattr(self, "calibration_factor_", 1.0)  # 1.0: a model pickled before it
-        PT, noise = self._variance_factor(Phi, cache, k, self.include_noise)
+        PT, noise = self._variance_factor(Phi, cache, 1.0, self.include_noise)
         if full_cov:
             V = PT @ PT.T
             V.diagonal().add_(noise)
-            return to_numpy(f), clip_variances(self, to_numpy(V), True)
-        return to_numpy(f), clip_variances(self, to_numpy(PT.square().sum(1) + noise), False)
-
-    def predict(self, X, return_std=False, return_cov=False):
-        """Network output, and optionally the predictive std or covariance.
-
-        The std/cov are those of y (latent variance plus ``noise_variance_``) unless
-        ``include_noise=False``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        return_std : bool, default=False
-        return_cov : bool, default=False
-
-        Returns
-        -------
-        y_mean : ndarray of shape (n_samples,)
-        y_std : ndarray of shape (n_samples,), optional
-        y_cov : ndarray of shape (n_samples, n_samples), optional
-        """
-        return self._predict_moments(X, return_std, return_cov)
-
-    def predict_dist(self, X):
-        """Frozen predictive distribution of y at ``X``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        dist : scipy.stats frozen ``norm``, or ``t`` with ``predictive_df_`` degrees of
-            freedom (``variance_calibration="student_t"``), with arrays of shape (n_samples,)
-        """
-        return self._predictive_dist(X)
+            return to_numpy(f), to_numpy(V)
+        return to_numpy(f), to_numpy(PT.square().sum(1) + noise)

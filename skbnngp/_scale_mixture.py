@@ -11,7 +11,7 @@ provide
 * ``prior(...)``: the mixing distribution before seeing data (used by the
   gradient-descent-trained predictive modes of the paper's Theorem 3.3).
 
-Private module of ``_student_t``; ``GPRegressorMixin`` (``_base``) reuses ``Mixing`` for the
+Private module of ``_student_t``; ``RegressorPredictiveMixin`` (``_predictive``) reuses ``Mixing`` for the
 Student-t calibration of Rich-BLL and the mixed-activation GP. It imports no scikit-learn.
 """
 

@@ -20,9 +20,9 @@ from ._backend import (DEFAULT_BLOCK_ELEMENTS, ExactGP, as_tensor, auto_batch_si
                        iter_slices, make_generator, stable_cholesky, to_float,
                        to_numpy)
 from ._base import (BATCH_SIZE_CONSTRAINT, BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT,
-                    DTYPE_CONSTRAINT, GPRegressorMixin, TorchEstimatorMixin, check_bounds,
-                    check_predict_params, clip_variances, fit_hyperparameters, input_scaling,
-                    plain, transactional)
+                    DTYPE_CONSTRAINT, TorchEstimatorMixin, check_bounds, check_predict_params,
+                    fit_hyperparameters, fit_input_scaling, plain, transactional)
+from ._predictive import ClassifierPredictiveMixin, RegressorPredictiveMixin
 from ._base import check_class_labels
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
@@ -126,7 +126,7 @@ def _label_variance(mu, low):
     return p * (1.0 - p)
 
 
-class StudentTProcessRegressor(GPRegressorMixin, TorchEstimatorMixin, RegressorMixin,
+class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin,
                                BaseEstimator):
     """Student-t process regression with an NNGP kernel (scale mixture of NNGPs).
 
@@ -507,9 +507,6 @@ prior_scale_bounds : pair of floats or "fixed"
                             c=self.burr_c, d=self.burr_d, dist=dist, n_samples=self.n_samples,
                             generator=gen, rng=rng, device=device, dtype=dtype)
 
-    def _standardise_X(self, X):
-        return (X - self._X_offset) / self._X_scale
-
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
@@ -592,9 +589,7 @@ prior_scale_bounds : pair of floats or "fixed"
         # the fitted configuration: everything predict and an unpickled model's cache read
         self.depth_, self.activation_, self.ard_ = self.depth, self.activation, ard
         self.alpha_mode_, self.predictive_ = self.alpha_mode, self.predictive
-        self._X_offset, self._X_scale = input_scaling(X, "standard", self.normalize_X)
-
-        Xt = as_tensor(self._standardise_X(X), device, dtype)
+        Xt = as_tensor(fit_input_scaling(self, X, self.normalize_X), device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         self._prior_obj = self._make_prior(kind, inference, gen, rng, device, dtype)
         engine = self._make_gp(Xt, Yt)
@@ -664,12 +659,9 @@ prior_scale_bounds : pair of floats or "fixed"
         self.df_ = (2 * mix.params["shape"] if mix.kind == "invgamma"
                     else (math.inf if mix.kind == "delta" else math.nan))
         self._cache = cache
-        if self.predictive_ == "ntk_trained":
-            self.calibration_factor_ = 1.0
-        else:  # the LOO residuals are read against the predictive of unit variance
-            level = self._calibration_level
-            unit = mix.predictive(np.zeros(1), np.ones(1)).ppf(0.5 + level / 2)
-            self._calibrate_variance(engine, f, cache["p"], float(np.ravel(unit)[0]))
+        method = {"loo": "gaussian"}.get(self.variance_calibration, self.variance_calibration)
+        self._calibrate_from_loo(None if self.predictive_ == "ntk_trained" else method,
+                                 engine, f, cache["p"])
 
     @property
     def L_(self):
@@ -757,7 +749,7 @@ prior_scale_bounds : pair of floats or "fixed"
         # after unpickling: rebuild the engine and the factorisation on device_ from the
         # fitted configuration (depth_, activation_, ard_, alpha_mode_, predictive_)
         device, dtype = self.device_, self._dtype
-        Xt = as_tensor(self._standardise_X(self.X_train_), device, dtype)
+        Xt = as_tensor((self.X_train_ - self._X_offset) / self._X_scale, device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         self._engine = self._make_gp(Xt, Yt)
         self._theta = torch.log(torch.tensor(
@@ -790,20 +782,17 @@ prior_scale_bounds : pair of floats or "fixed"
         hp = self.hyperparameters_
         return self._prior_obj.prior(hp["prior_shape"], hp["prior_scale"])
 
-    def _latent(self, X, *, full_cov=False):
+    _predict_params = ("include_noise", "batch_size")
+
+    def _latent_moments(self, Xq, full_cov):
         """Unit-amplitude predictive mean (m x C) and variance (m,) or covariance (m x m)."""
-        check_is_fitted(self)
-        check_predict_params(self, "include_noise", "batch_size")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
         cache = self._get_cache()
         eng, f, p = self._engine, cache["factor"], cache["p"]
-        Xq = as_tensor(self._standardise_X(X), self.device_, self._dtype)
         lam = f["noise"] if self.include_noise else 0.0
         if self.predictive_ != "ntk_trained":
             mean, V = gp_predict(eng.kernel, p, f, Xq, full_cov=full_cov, noise=lam,
                                  batch_size=self.batch_size)
-            V = to_numpy(V) * getattr(self, "calibration_factor_", 1.0)
-            return to_numpy(mean), clip_variances(self, V, full_cov)
+            return to_numpy(mean), to_numpy(V)
 
         def block(Xb, cov):  # Thm 3.3: mean and Theta' from the NTK
             with torch.no_grad():
@@ -828,38 +817,7 @@ prior_scale_bounds : pair of floats or "fixed"
                                              max(eng.block, DEFAULT_BLOCK_ELEMENTS)))]
             mean = torch.cat([m for m, _ in parts]) if parts else Xq.new_zeros((0, eng.C))
             V = torch.cat([v for _, v in parts]) if parts else Xq.new_zeros(0)
-        return to_numpy(mean), clip_variances(self, to_numpy(V), full_cov)
-
-    def predict(self, X, return_std=False, return_cov=False):
-        """Predictive mean, and optionally its standard deviation or covariance.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        return_std : bool, default=False
-            Also return the predictive standard deviation (``inf`` where df <= 2).
-        return_cov : bool, default=False
-            Also return the joint predictive covariance.
-
-        Returns
-        -------
-        y_mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
-        y_std : ndarray of shape (n_samples,) or (n_samples, n_targets), optional
-        y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets), \
-optional
-        """
-        return self._predict_moments(X, return_std, return_cov)
-
-    def predict_dist(self, X):
-        """Frozen predictive distribution of y at ``X``.
-
-        Returns
-        -------
-        dist : scipy.stats frozen ``t`` (inverse-gamma prior), ``norm`` (Gaussian prior) or
-            :class:`~skbnngp.distributions.ScaleMixtureNormal` (sampled priors), with arrays of
-            shape (n_samples,) or (n_samples, n_targets).
-        """
-        return self._predictive_dist(X)
+        return to_numpy(mean), to_numpy(V)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """Log marginal likelihood of the (normalised) training targets.
@@ -897,7 +855,8 @@ optional
         return tags
 
 
-class StudentTProcessClassifier(TorchEstimatorMixin, ClassifierMixin, BaseEstimator):
+class StudentTProcessClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, ClassifierMixin,
+                                BaseEstimator):
     """Classification by Student-t process regression on one-hot targets.
 
     Classes are encoded as 0/1 one-hot targets (or ``-0.1/0.9`` with
@@ -1305,46 +1264,6 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         mean = self.regressor_._check_finite(self.regressor_.predict(X), "mean")
         return mean[:, 1] - mean[:, 0] if self.classes_.size == 2 else mean
 
-    def decision_function(self, X):
-        """Log-odds of the predictive (binary) or its log-probabilities (multi-class).
-
-        Ranks exactly as :meth:`predict_proba` (sklearn's convention); the posterior-mean
-        margin of the paper is :meth:`predict_margin`.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        score : ndarray of shape (n_samples,) or (n_samples, n_classes)
-        """
-        logp = self.predict_log_proba(X)
-        return logp[:, 1] - logp[:, 0] if self.classes_.size == 2 else logp
-
-    def predict(self, X):
-        """The class of largest predicted probability.
-
-        Under the shared-variance predictive the most probable class is the one of largest
-        posterior mean (the paper's rule), so this is the paper's prediction; taking it from
-        :meth:`predict_proba` makes the two agree also where probabilities tie (identical
-        inputs, or probabilities at their floor). With a positive ``label_variance_`` the
-        classes' variances differ, and near the class boundary the most probable class can
-        differ from the largest mean (about one row in 1,000 on ``bench_classification.py``'s
-        imbalanced set at fold seed 0, where accuracy went from 0.985 to 0.986);
-        :meth:`predict_margin` is the paper's score.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y : ndarray of shape (n_samples,)
-        """
-        P = self.predict_proba(X)  # checks that the model is fitted first
-        return self.classes_[np.argmax(P, axis=1)]
-
     def predict_proba(self, X):
         """``P(argmax_j f_j = c)`` under the Student-t (or mixture) predictive.
 
@@ -1377,7 +1296,3 @@ tol, subset_size, refine_iter, batch_size, device, dtype, random_state, verbose
         P = (1 - eps) * P + eps / P.shape[1]
         P = np.maximum(P, 1e-9)
         return P / P.sum(axis=1, keepdims=True), mu
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
-        return np.log(self.predict_proba(X))

@@ -375,7 +375,7 @@ def test_ood_score_separates_held_out_classes(digits_ood):
     auroc = roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(s_out))], np.r_[s_in, s_out])
     assert auroc > 0.75
     rng = np.random.RandomState(0)
-    noise = clf._x_offset + 3.0 * clf._x_scale * rng.standard_normal((300, Xte.shape[1]))
+    noise = clf._X_offset + 3.0 * clf._X_scale * rng.standard_normal((300, Xte.shape[1]))
     s_noise = clf.ood_score(noise)
     auroc_noise = roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(300)], np.r_[s_in, s_noise])
     assert auroc_noise > 0.7

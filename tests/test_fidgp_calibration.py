@@ -136,7 +136,7 @@ def test_fitted_temperature_is_the_validation_minimiser(fitted):
     train, val = clf._validation_split(y, 3, int(seeds[3]))
     assert len(np.intersect1d(train, val)) == 0 and len(train) + len(val) == len(y)
     assert np.all(np.bincount(y[val], minlength=3) == 10)  # 20% of 50 per class
-    np.testing.assert_allclose(clf._x_offset, X[train].mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(clf._X_offset, X[train].mean(axis=0), rtol=1e-12)
     logits = clf._draw_logits(clf._input(X[val]), clf.n_predict_samples,
                               clf._predict_seed).numpy()
     n_val = len(val)
@@ -154,7 +154,7 @@ def test_no_calibration_keeps_every_row_and_temperature_one():
     X, y = load_iris(return_X_y=True)
     clf = FiDGPClassifier(calibration=None, **SMALL).fit(X, y)
     assert clf.temperature_ == 1.0 and clf.validation_nll_ is None
-    np.testing.assert_allclose(clf._x_offset, X.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(clf._X_offset, X.mean(axis=0), rtol=1e-12)
     P = clf.sample_proba(X)
     np.testing.assert_allclose(clf.predict_proba(X), P.mean(axis=0), rtol=1e-10)
 
@@ -171,7 +171,7 @@ def test_refit_keeps_the_held_out_temperature_and_the_uncalibrated_network(fitte
     assert held_out.temperature_ != 1.0
     assert refit.temperature_ == pytest.approx(held_out.temperature_, rel=1e-8)
     assert refit.validation_nll_ == pytest.approx(held_out.validation_nll_, rel=1e-8)
-    np.testing.assert_allclose(refit._x_offset, X.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(refit._X_offset, X.mean(axis=0), rtol=1e-12)
     assert_same_predictions(refit.ood_score(X), plain.ood_score(X), "float64", "ood_score")
     draws_refit, draws_plain = refit.sample_proba(X), plain.sample_proba(X)
     for d in range(draws_plain.shape[0]):  # the class of each draw, T aside
@@ -224,8 +224,8 @@ def test_warm_refit_continues_the_held_out_network_at_the_final_learning_rate():
     assert warm.calibration_ == "temperature"
     assert warm.temperature_ == pytest.approx(held.temperature_, rel=1e-8)
     assert warm.validation_nll_ == pytest.approx(held.validation_nll_, rel=1e-8)
-    np.testing.assert_allclose(warm._x_offset, held._x_offset, rtol=1e-12)
-    assert not np.allclose(warm._x_offset, X.mean(axis=0))  # the held-out rows left out
+    np.testing.assert_allclose(warm._X_offset, held._X_offset, rtol=1e-12)
+    assert not np.allclose(warm._X_offset, X.mean(axis=0))  # the held-out rows left out
     k = _warm_epochs(20)
     assert k == 2 and warm.n_iter_ == held.n_iter_ + k == 22
     assert len(warm.loss_curve_) == 22
@@ -278,7 +278,7 @@ def test_auto_calibrates_when_every_class_has_enough_rows():
     plain = FiDGPClassifier(calibration=None, **SMALL).fit(X[keep], y[keep])
     assert small.calibration_ is None and small.temperature_ == 1.0
     assert small.validation_nll_ is None
-    np.testing.assert_allclose(small._x_offset, X[keep].mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(small._X_offset, X[keep].mean(axis=0), rtol=1e-12)
     assert_same_predictions(small.predict_proba(X), plain.predict_proba(X), "float64",
                             "auto without calibration against None")
     # one more row of that class reaches it

@@ -191,7 +191,7 @@ def test_bll_equals_independent_closed_form():
     reg = RichBLLRegressor(**SMALL, uncertainty="bll", normalize_y=False,
                            random_state=0).fit(X, y)
     net = reg.network_
-    Xs = torch.as_tensor((X - reg._x_offset) / reg._x_scale)
+    Xs = torch.as_tensor((X - reg._X_offset) / reg._X_scale)
     with torch.no_grad():
         hidden = net[:-1](Xs).numpy()
     Phi = np.c_[hidden, np.ones(60)]

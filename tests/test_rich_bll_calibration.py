@@ -278,8 +278,8 @@ def test_student_t_predictive_outputs_agree():
 def test_student_t_gaussian_residuals_keep_a_gaussian(monkeypatch):
     # no tails beyond the Gaussian's, at the posterior's own scale: the predictive stays a
     # normal, with the factor of "validation"
-    monkeypatch.setattr("skbnngp._backend._gp.fit_t_df", lambda z, max_df=np.inf: np.inf)
-    monkeypatch.setattr("skbnngp._backend._gp.fit_t", lambda z, max_df=np.inf: (np.inf, 1.0))
+    monkeypatch.setattr("skbnngp._backend._calibration.fit_t_df", lambda z, max_df=np.inf: np.inf)
+    monkeypatch.setattr("skbnngp._backend._calibration.fit_t", lambda z, max_df=np.inf: (np.inf, 1.0))
     X, y = _heteroscedastic()
     reg = RichBLLRegressor(variance_calibration="student_t", **SMALL).fit(X, y)
     cal = RichBLLRegressor(variance_calibration="validation", **SMALL).fit(X, y)
@@ -320,7 +320,7 @@ def test_auto_without_held_out_rows_is_the_gaussian(kw):
 
 
 def test_calibration_fits_the_t_on_a_strided_subset_of_many_residuals(monkeypatch):
-    monkeypatch.setattr("skbnngp._backend._gp.T_MAX_FIT_ROWS", 100)
+    monkeypatch.setattr("skbnngp._backend._calibration.T_MAX_FIT_ROWS", 100)
     z = 0.05 * stats.cauchy.rvs(size=1001, random_state=np.random.default_rng(4))
     df, k = student_t_calibration(z)
     sub = z[::11]  # ceil(1001 / 100) = 11: 92 residuals

@@ -3,7 +3,7 @@
 Device/dtype resolution and NumPy<->torch conversion (:mod:`._device`), stable Cholesky and
 low-rank solves (:mod:`._linalg`), chunked evaluation (:mod:`._chunks`), the optimisation loop
 (:mod:`._optim`), seeding (:mod:`._random`), exact/Nystrom GP likelihoods with adjoint
-gradients (:mod:`._gp`), Bayesian linear regression on features (:mod:`._blr`) and the
+gradients (:mod:`._gp`), the calibration numerics (:mod:`._calibration`), Bayesian linear regression on features (:mod:`._blr`) and the
 network-training loop with the MLP builder (:mod:`._train`). Every estimator uses these; extend them rather than writing a second
 one.
 """
@@ -14,8 +14,9 @@ from ._chunks import (DEFAULT_BLOCK_ELEMENTS, MemoryBudgetError, auto_batch_size
                       check_dense_fits, chunked_apply, iter_slices)
 from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state, to_float,
                       to_numpy)
-from ._gp import (ExactGP, NystromGP, fit_t, fit_t_df, gp_predict, loo_variance_factor,
-                  student_t_calibration, t_loglik)
+from ._calibration import (fit_t, fit_t_df, loo_variance_factor, student_t_calibration,
+                           t_loglik)
+from ._gp import ExactGP, NystromGP, gp_predict
 from ._linalg import (JITTER_LADDER, LowRankPlusDiag, cho_inverse, cho_logdet, cho_solve,
                       solve_lower, stable_cholesky, woodbury_solve)
 from ._optim import OptimResult, minimize

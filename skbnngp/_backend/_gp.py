@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
-from scipy import special, stats
 
 from ._chunks import (CPU_BLOCK_ELEMENTS, auto_batch_size, block_elements, check_dense_fits,
                       iter_slices)
 from ._linalg import cho_solve, inverse_lower, solve_lower, stable_cholesky
 
-__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal", "loo_variance_factor",
-           "student_t_calibration", "fit_t", "fit_t_df", "t_loglik"]
+__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 #: Kernel entries per row block on the CPU (on CUDA, :func:`~._chunks.block_elements` scales
@@ -431,148 +428,3 @@ def gp_predict(kernel, params, state, Xq, *, full_cov=False, noise=0.0, batch_si
     if not parts:
         return Xq.new_zeros((0, dual.shape[1])), Xq.new_zeros(0)
     return torch.cat([m for m, _ in parts]), torch.cat([v for _, v in parts])
-
-
-def loo_variance_factor(z, quantile, level=0.95, floor=1.0):
-    """Smallest factor ``k >= floor`` on the predictive variance whose central ``level``
-    interval holds ``level`` of the leave-one-out residuals.
-
-    ``z`` are the residuals divided by their leave-one-out standard deviations (any shape,
-    non-finite entries ignored) and ``quantile`` the ``(1 + level) / 2`` quantile of the
-    predictive at unit variance (1.96 for a Gaussian at 95 %). The residual quantile is the
-    finite-sample (split-conformal) one, the ``ceil((n + 1) level)``-th smallest ``|z|``;
-    below ``1 / (1 - level) - 1`` residuals (19 at 95 %) that rank does not exist and the
-    largest ``|z|`` is used. The factor is never below ``floor``: with the default 1 the
-    intervals are only widened.
-    """
-    a = np.sort(np.abs(np.asarray(z, dtype=np.float64)).ravel())
-    a = a[np.isfinite(a)]
-    if a.size == 0 or not np.isfinite(quantile) or quantile <= 0:
-        return float(floor)
-    k = min(a.size, math.ceil((a.size + 1) * level)) - 1
-    return max(float(floor), float(a[k] / quantile) ** 2)
-
-
-#: Degrees of freedom scored by :func:`fit_t_df`; the largest stands for the Gaussian.
-T_DF_GRID = np.geomspace(1.0, 1000.0, 121)
-
-
-def _df_candidates(max_df):
-    """Degrees of freedom the t fits may choose under the cap ``max_df``: the grid values
-    below it and the cap itself (``inf``: the whole grid and the Gaussian)."""
-    if math.isinf(max_df):
-        return T_DF_GRID
-    return np.append(T_DF_GRID[T_DF_GRID < max_df], float(max_df))
-
-
-def fit_t_df(z, max_df=math.inf):
-    """Degrees of freedom of the unit-scale Student-t of largest likelihood for the
-    standardised residuals ``z`` (on a log grid from 1 to 1000); ``inf`` (the Gaussian) when
-    the largest grid value wins, or without finite residuals. A finite ``max_df`` caps the
-    choice: the grid values below it and ``max_df`` itself (no Gaussian)."""
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
-    if z.size == 0:
-        return float(max_df)
-    nu = _df_candidates(max_df)
-    ll = _t_grid_loglik(z * z, np.zeros(nu.size), nu)
-    j = int(np.argmax(ll))
-    if math.isinf(max_df) and (j == nu.size - 1 or stats.norm.logpdf(z).sum() >= ll[j]):
-        return math.inf
-    return float(nu[j])
-
-
-def _t_grid_loglik(z2, log_s2, nu=T_DF_GRID):
-    """Log-likelihood of the residuals with squares ``z2`` under the t of every degrees of
-    freedom in ``nu`` (default :data:`T_DF_GRID`), each at its own scale ``exp(log_s2 /
-    2)`` (an array over ``nu``), in one (n x len(nu)) pass."""
-    const = (special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2)
-             - 0.5 * np.log(np.pi * nu) - 0.5 * log_s2)
-    u = z2[:, None] * np.exp(-log_s2)[None, :]
-    return z2.size * const - 0.5 * (nu + 1) * np.log1p(u / nu[None, :]).sum(axis=0)
-
-
-def t_loglik(z, df, scale=1.0):
-    """Log-likelihood of ``z`` under the Student-t (``df = inf``: the Gaussian) of the
-    given scale."""
-    u = np.asarray(z, dtype=np.float64) / scale
-    lp = stats.norm.logpdf(u) if math.isinf(df) else stats.t.logpdf(u, df)
-    return float(lp.sum() - u.size * math.log(scale))
-
-
-def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf):
-    """Degrees of freedom (the grid of :func:`fit_t_df` and the Gaussian) and scale of the
-    Student-t of largest likelihood for ``z``, both free. Returns ``(df, scale)``;
-    ``(inf, 1.0)`` without nonzero finite residuals.
-
-    For each ``df`` the maximum-likelihood scale solves ``mean(w u) = 1`` with ``u = z^2 /
-    s^2`` and ``w = (df + 1) / (df + u)`` (the EM fixed point), a decreasing function of
-    ``log s^2``; Newton's method on ``log s^2`` (steps capped at 2), from the squared
-    residuals' median, solves it for the whole grid at once. The Gaussian's scale is
-    ``sqrt(mean(z^2))``. A finite ``max_df`` caps the degrees of freedom as in
-    :func:`fit_t_df` (``(max_df, 1.0)`` without nonzero residuals)."""
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
-    z2 = z * z
-    if z.size == 0 or not np.any(z2 > 0):
-        return float(max_df), 1.0
-    cand = _df_candidates(max_df)
-    nu = cand[None, :]
-    med = float(np.median(z2))
-    phi = np.full((1, cand.size), math.log(med / 0.455 if med > 0 else np.mean(z2)))
-    for _ in range(n_iter):
-        u = z2[:, None] * np.exp(-phi)
-        f = np.mean((nu + 1.0) * u / (nu + u), axis=0, keepdims=True) - 1.0
-        df_dphi = -np.mean((nu + 1.0) * nu * u / (nu + u) ** 2, axis=0, keepdims=True)
-        step = np.clip(-f / np.minimum(df_dphi, -1e-300), -2.0, 2.0)
-        phi = phi + step
-        if np.all(np.abs(step) <= tol):
-            break
-    ll = _t_grid_loglik(z2, phi[0], cand)  # every candidate t at its own scale
-    j = int(np.argmax(ll))
-    s_gauss = math.sqrt(float(np.mean(z2)))
-    if math.isinf(max_df) and t_loglik(z, math.inf, s_gauss) >= ll[j]:
-        return math.inf, s_gauss
-    return float(cand[j]), math.exp(0.5 * float(phi[0, j]))
-
-
-#: Level of the likelihood-ratio test (one degree of freedom) under which the held-out
-#: residuals' own scale replaces the posterior's in the Student-t calibration.
-T_SCALE_TEST_LEVEL = 0.01
-
-#: Residuals beyond which :func:`student_t_calibration` fits the t on a strided subset.
-T_MAX_FIT_ROWS = 20000
-
-
-def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf):
-    """``(df, factor)`` of the Student-t calibration for the standardised held-out
-    residuals ``z``.
-
-    The null model is the posterior's own scale (a unit-scale t, degrees of freedom by
-    :func:`fit_t_df`); the alternative frees the scale as well (:func:`fit_t`). When the
-    likelihood-ratio test rejects the null at :data:`T_SCALE_TEST_LEVEL`, the alternative's
-    degrees of freedom are kept and the variance factor may fall to its squared scale
-    (residuals far narrower than the posterior's predictive: a Gaussian noise estimate
-    inflated by outliers); otherwise the factor is at least 1. Either way the factor is
-    then the split-conformal one of :func:`loo_variance_factor` at the t's own quantile.
-    Above :data:`T_MAX_FIT_ROWS` residuals, the two fits and the test use an evenly strided
-    subset of that many (the fits cost O(n x 121)); the conformal quantile uses them all.
-    A finite ``max_df`` caps the degrees of freedom of both fits (see :func:`fit_t_df`): a
-    model whose own predictive is already a t keeps at least its tails. A finite
-    ``max_test_df`` keeps the alternative only when its degrees of freedom are at most that:
-    a narrower scale is then trusted only as the bulk of heavy tails that inflated the
-    model's noise estimate, not as a uniformly narrower spread, which residuals that are
-    not fully out-of-sample also show.
-    """
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
-    zf = z[::-(-z.size // T_MAX_FIT_ROWS)] if z.size > T_MAX_FIT_ROWS else z
-    df0 = fit_t_df(zf, max_df)
-    df, floor = df0, 1.0
-    if zf.size:
-        df1, s = fit_t(zf, max_df=max_df)
-        stat = 2.0 * (t_loglik(zf, df1, s) - t_loglik(zf, df0))
-        if stat > stats.chi2.isf(T_SCALE_TEST_LEVEL, 1) and df1 <= max_test_df:
-            df, floor = df1, s * s
-    unit = stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else stats.t.ppf(0.5 + level / 2, df)
-    return df, loo_variance_factor(z, unit, level, floor=floor)
