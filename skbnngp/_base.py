@@ -120,6 +120,33 @@ def warn_convergence(estimator, result, what="hyperparameter optimisation"):
         )
 
 
+def warn_training(estimator, result, advice, stacklevel=4):
+    """Raise sklearn's ConvergenceWarning when a network's training (a
+    :class:`~._backend.TrainResult`) stopped before its stopping rule fired; ``advice`` says
+    what to change (e.g. "increase max_iter")."""
+    if not result.converged:
+        warnings.warn(f"{type(estimator).__name__}: training {result.message} before the "
+                      f"stopping rule fired; {advice}.", ConvergenceWarning,
+                      stacklevel=stacklevel)
+
+
+def held_out_split(estimator, n, rng, fraction):
+    """``(train_rows, validation_rows)``: sorted index arrays, ``ceil(fraction n)`` rows held
+    out at random, or every row and None when ``fraction`` is None (no early stopping).
+
+    Raises a ValueError naming ``validation_fraction`` when nothing would be left to train on.
+    """
+    if fraction is None:
+        return np.arange(n), None
+    n_val = int(math.ceil(fraction * n))
+    if n - n_val < 1:
+        raise ValueError(f"{type(estimator).__name__}: validation_fraction={plain(fraction)} "
+                         f"of {n} rows leaves no training rows; lower it or set "
+                         "early_stopping=False.")
+    perm = rng.permutation(n)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+
+
 @contextmanager
 def fit_transaction(estimator, rollback=None):
     """Run a fit so that an exception (or ``KeyboardInterrupt``) leaves the estimator as it
