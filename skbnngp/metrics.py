@@ -9,8 +9,10 @@ shape, ``(n_samples,)`` or ``(n_samples, n_targets)``.
 Every metric also exists as a scorer for :class:`~sklearn.model_selection.GridSearchCV` and
 :func:`~sklearn.model_selection.cross_val_score`. Scorers follow scikit-learn's sign convention:
 greater is better, so losses are negated and prefixed ``neg_`` (``neg_nlpd_scorer`` returns
-``-nlpd``). :func:`get_scorer` resolves names such as ``"neg_nlpd"`` or ``"coverage_95"`` and
-falls back to :func:`sklearn.metrics.get_scorer` for every other name.
+``-nlpd``). :func:`get_scorer` resolves names such as ``"neg_nlpd"`` or
+``"neg_coverage_error_95"`` and falls back to :func:`sklearn.metrics.get_scorer` for every
+other name. Scorers accept a Pipeline or a fitted search as well as an estimator
+(:func:`predictive_response`), and raise instead of returning NaN.
 
 A predictive with zero spread (a Gaussian or Student-t with ``scale = 0``, a
 :class:`~skbnngp.distributions.ScaleMixtureNormal` with ``base_scale = 0``) is read as a point
@@ -40,6 +42,8 @@ __all__ = [
     "nlpd",
     "crps",
     "interval_coverage",
+    "coverage_error",
+    "predictive_response",
     "interval_width",
     "regression_calibration_error",
     "calibration_curve_regression",
@@ -48,7 +52,7 @@ __all__ = [
     "make_predictive_scorer",
     "neg_nlpd_scorer",
     "neg_crps_scorer",
-    "coverage_scorer",
+    "neg_coverage_error_scorer",
     "neg_interval_width_scorer",
     "neg_calibration_error_scorer",
     "neg_ece_scorer",
@@ -592,6 +596,49 @@ def interval_coverage(y_true, dist, confidence=0.95, *, sample_weight=None,
 
 
 @validate_params(
+    {"y_true": ["array-like"], "dist": [HasMethods(["cdf"])], "confidence": _CONFIDENCE,
+     "sample_weight": ["array-like", None], "multioutput": _MULTIOUTPUT},
+    prefer_skip_nested_validation=True,
+)
+def coverage_error(y_true, dist, confidence=0.95, *, sample_weight=None,
+                   multioutput="uniform_average"):
+    """``|coverage - confidence|`` of the central ``confidence`` predictive interval.
+
+    Unlike :func:`interval_coverage`, it cannot be improved by widening the intervals: an
+    interval that covers more than its nominal level scores as badly as one that covers
+    as much less, so it can select models (its scorer is ``neg_coverage_error_<pct>``).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,) or (n_samples, n_targets)
+        Observed targets.
+    dist : predictive distribution
+        Object with a vectorised ``cdf`` whose batch shape equals ``y_true``'s.
+    confidence : float in (0, 1), default=0.95
+        Probability mass of the central interval.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weights of the samples.
+    multioutput : {"uniform_average", "raw_values"}, default="uniform_average"
+        ``"raw_values"`` returns one value per target.
+
+    Returns
+    -------
+    error : float or ndarray of shape (n_targets,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy import stats
+    >>> from skbnngp.metrics import coverage_error
+    >>> round(coverage_error(np.array([0.0, 1.0, 3.0]), stats.norm(np.zeros(3), 1.0)), 3)
+    0.283
+    """
+    cov = interval_coverage(y_true, dist, confidence, sample_weight=sample_weight,
+                            multioutput=multioutput)
+    return np.abs(cov - confidence) if np.ndim(cov) else abs(float(cov) - confidence)
+
+
+@validate_params(
     {"dist": [HasMethods(["interval"])], "confidence": _CONFIDENCE,
      "sample_weight": ["array-like", None], "multioutput": _MULTIOUTPUT},
     prefer_skip_nested_validation=True,
@@ -838,6 +885,71 @@ def ood_auroc(scores_in, scores_out):
 
 
 # ============================================================================ scorers
+def _final_step(estimator):
+    """``(final estimator, transform)`` of a fitted meta-estimator: a Pipeline's last step
+    with its other steps' ``transform`` applied in order, a fitted search's
+    ``best_estimator_``; any other estimator is its own final step."""
+    from sklearn.pipeline import Pipeline
+
+    if isinstance(estimator, Pipeline):
+        final, transform = _final_step(estimator.steps[-1][1])
+
+        def chain(X, steps=estimator.steps[:-1]):
+            for _, step in steps:
+                if step is not None and step != "passthrough":
+                    X = step.transform(X)
+            return transform(X)
+        return final, chain
+    best = getattr(estimator, "best_estimator_", None)
+    if best is not None and not hasattr(estimator, "predict_dist"):
+        return _final_step(best)
+    return estimator, lambda X: X
+
+
+def predictive_response(estimator, X, method="predict_dist"):
+    """``estimator.<method>(X)`` for any fitted estimator, a Pipeline or a fitted search
+    included: a Pipeline's transforms are applied to ``X`` before its last step's method, so
+    ``predictive_response(make_pipeline(StandardScaler(), reg), X)`` is the predictive
+    distribution of ``reg`` on the scaled ``X``.
+
+    Parameters
+    ----------
+    estimator : fitted estimator, Pipeline or search (e.g. GridSearchCV)
+    X : array-like of shape (n_samples, n_features)
+    method : {"predict_dist", "predict_proba"}, default="predict_dist"
+
+    Returns
+    -------
+    response : frozen distribution (``predict_dist``) or ndarray (``predict_proba``)
+
+    Raises
+    ------
+    TypeError
+        When the (final) estimator has no such method, naming it: a score of its
+        predictive cannot be computed, and returning NaN would mislead model selection.
+
+    Examples
+    --------
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from skbnngp import StudentTProcessRegressor
+    >>> from skbnngp.datasets import make_heavy_tailed
+    >>> from skbnngp.metrics import predictive_response
+    >>> X, y = make_heavy_tailed(n_samples=40, random_state=0)
+    >>> pipe = make_pipeline(StandardScaler(), StudentTProcessRegressor(max_iter=20))
+    >>> dist = predictive_response(pipe.fit(X, y), X[:3])
+    >>> dist.interval(0.9)[0].shape
+    (3,)
+    """
+    final, transform = _final_step(estimator)
+    if not callable(getattr(final, method, None)):
+        inner = "" if final is estimator else f" (the final step of {type(estimator).__name__})"
+        raise TypeError(f"{type(final).__name__}{inner} has no {method}(X), so this score of "
+                        "its predictive cannot be computed; use an estimator with a "
+                        f"{'predictive distribution' if method == 'predict_dist' else method}.")
+    return getattr(final, method)(transform(X))
+
+
 class _PredictiveScorer:
     """Callable ``scorer(estimator, X, y, sample_weight=None)`` as GridSearchCV expects."""
 
@@ -849,16 +961,23 @@ class _PredictiveScorer:
 
     def __call__(self, estimator, X, y_true, sample_weight=None):
         y_true = self._check_y(X, y_true)
-        response = getattr(estimator, self._response_method)(X)
+        response = predictive_response(estimator, X, self._response_method)
         kwargs = dict(self._kwargs)
         if sample_weight is not None:
             kwargs["sample_weight"] = sample_weight
         if self._response_method == "predict_proba":
             kwargs.setdefault("labels", getattr(estimator, "classes_", None))
-            return self._sign * self._score_func(y_true, response, **kwargs)
-        if self._score_func is interval_width:
-            return self._sign * self._score_func(response, **kwargs)
-        return self._sign * self._score_func(y_true, response, **kwargs)
+            score = self._score_func(y_true, response, **kwargs)
+        elif self._score_func is interval_width:
+            score = self._score_func(response, **kwargs)
+        else:
+            score = self._score_func(y_true, response, **kwargs)
+        score = self._sign * np.asarray(score, dtype=np.float64)
+        if np.any(np.isnan(score)):
+            raise ValueError(f"{self!r} is undefined (NaN) on these rows for "
+                             f"{type(estimator).__name__}; a NaN score would make model "
+                             "selection pick at random.")
+        return float(score) if score.ndim == 0 else score
 
     def _check_y(self, X, y_true):
         """``y`` must have one entry per row of ``X``, finite when it is numeric (every score
@@ -929,9 +1048,10 @@ def make_predictive_scorer(score_func, *, response_method="predict_dist", greate
 neg_nlpd_scorer = make_predictive_scorer(nlpd, greater_is_better=False)
 #: ``-crps``: greater is better.
 neg_crps_scorer = make_predictive_scorer(crps, greater_is_better=False)
-#: Observed coverage of the central 95 % interval. For reporting (e.g. in ``cross_validate``);
-#: do not select models by it, since wider intervals always cover more.
-coverage_scorer = make_predictive_scorer(interval_coverage, confidence=0.95)
+#: ``-|coverage - 0.95|`` of the central 95 % interval: best at the nominal level, so a
+#: wider interval than needed scores lower, as a narrower one does.
+neg_coverage_error_scorer = make_predictive_scorer(coverage_error, greater_is_better=False,
+                                                   confidence=0.95)
 #: ``-interval_width`` of the central 95 % interval.
 neg_interval_width_scorer = make_predictive_scorer(interval_width, greater_is_better=False,
                                                    confidence=0.95)
@@ -946,18 +1066,18 @@ neg_ece_scorer = make_predictive_scorer(expected_calibration_error,
 _SCORERS = {
     "neg_nlpd": neg_nlpd_scorer,
     "neg_crps": neg_crps_scorer,
-    "coverage_95": coverage_scorer,
+    "neg_coverage_error_95": neg_coverage_error_scorer,
     "neg_interval_width_95": neg_interval_width_scorer,
     "neg_calibration_error": neg_calibration_error_scorer,
     "neg_ece": neg_ece_scorer,
 }
-_LEVEL_PATTERN = re.compile(r"^(coverage|neg_interval_width)_(\d{1,2})$")
+_LEVEL_PATTERN = re.compile(r"^(neg_coverage_error|neg_interval_width)_(\d{1,2})$")
 
 
 def get_scorer_names():
     """Names accepted by :func:`get_scorer`: this module's, then scikit-learn's.
 
-    ``coverage_<pct>`` and ``neg_interval_width_<pct>`` accept any integer percentage 1..99;
+    ``neg_coverage_error_<pct>`` and ``neg_interval_width_<pct>`` accept any integer percentage 1..99;
     the listed ones use 95.
 
     Returns
@@ -968,7 +1088,7 @@ def get_scorer_names():
     --------
     >>> from skbnngp.metrics import get_scorer_names
     >>> get_scorer_names()[:3]
-    ['coverage_95', 'neg_calibration_error', 'neg_crps']
+    ['neg_calibration_error', 'neg_coverage_error_95', 'neg_crps']
     """
     return sorted(_SCORERS) + list(_sklearn_get_scorer_names())
 
@@ -976,8 +1096,9 @@ def get_scorer_names():
 def get_scorer(scoring):
     """Scorer from a name (or a callable, returned as is).
 
-    Names: ``"neg_nlpd"``, ``"neg_crps"``, ``"coverage_<pct>"`` (observed coverage of the
-    central ``pct`` % interval), ``"neg_interval_width_<pct>"``, ``"neg_calibration_error"``,
+    Names: ``"neg_nlpd"``, ``"neg_crps"``, ``"neg_coverage_error_<pct>"`` (minus the gap
+    between the observed coverage of the central ``pct`` % interval and ``pct`` %),
+    ``"neg_interval_width_<pct>"``, ``"neg_calibration_error"``,
     ``"neg_ece"``; any other name goes to :func:`sklearn.metrics.get_scorer`.
 
     Parameters
@@ -993,8 +1114,8 @@ def get_scorer(scoring):
     Examples
     --------
     >>> from skbnngp.metrics import get_scorer
-    >>> get_scorer("coverage_90")
-    make_predictive_scorer(interval_coverage, response_method='predict_dist', confidence=0.9)
+    >>> get_scorer("neg_coverage_error_90")
+    make_predictive_scorer(coverage_error, greater_is_better=False, response_method='predict_dist', confidence=0.9)
     """
     if callable(scoring):
         return scoring
@@ -1004,8 +1125,9 @@ def get_scorer(scoring):
         match = _LEVEL_PATTERN.match(scoring)
         if match and 1 <= int(match.group(2)) <= 99:
             confidence = int(match.group(2)) / 100
-            if match.group(1) == "coverage":
-                return make_predictive_scorer(interval_coverage, confidence=confidence)
+            if match.group(1) == "neg_coverage_error":
+                return make_predictive_scorer(coverage_error, greater_is_better=False,
+                                              confidence=confidence)
             return make_predictive_scorer(interval_width, greater_is_better=False,
                                           confidence=confidence)
         try:
@@ -1014,5 +1136,5 @@ def get_scorer(scoring):
             pass
     raise ValueError(
         f"scoring={scoring!r} is not a valid scoring value. Use one of {sorted(_SCORERS)} "
-        "(coverage_<pct> and neg_interval_width_<pct> take any percentage 1..99), a name from "
+        "(neg_coverage_error_<pct> and neg_interval_width_<pct> take any percentage 1..99), a name from "
         "sklearn.metrics.get_scorer_names(), or a callable.")

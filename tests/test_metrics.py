@@ -14,7 +14,9 @@ from sklearn.model_selection import GridSearchCV, cross_val_score, cross_validat
 from skbnngp.distributions import ScaleMixtureNormal
 from skbnngp.metrics import (
     calibration_curve_regression,
-    coverage_scorer,
+    coverage_error,
+    neg_coverage_error_scorer,
+    predictive_response,
     crps,
     expected_calibration_error,
     get_scorer,
@@ -275,12 +277,13 @@ def test_scorers_equal_direct_metric_calls(toy_regression):
     dist = est.predict_dist(Xt)
     assert neg_nlpd_scorer(est, Xt, yt) == pytest.approx(-nlpd(yt, dist))
     assert neg_crps_scorer(est, Xt, yt) == pytest.approx(-crps(yt, dist))
-    assert coverage_scorer(est, Xt, yt) == pytest.approx(interval_coverage(yt, dist, 0.95))
+    assert neg_coverage_error_scorer(est, Xt, yt) == pytest.approx(
+        -abs(interval_coverage(yt, dist, 0.95) - 0.95))
     assert neg_interval_width_scorer(est, Xt, yt) == pytest.approx(-interval_width(dist))
     assert neg_calibration_error_scorer(est, Xt, yt) == pytest.approx(
         -regression_calibration_error(yt, dist))
-    assert get_scorer("coverage_80")(est, Xt, yt) == pytest.approx(
-        interval_coverage(yt, dist, 0.8))
+    assert get_scorer("neg_coverage_error_80")(est, Xt, yt) == pytest.approx(
+        -abs(interval_coverage(yt, dist, 0.8) - 0.8))
     w = np.linspace(0.1, 1, 20)
     assert neg_nlpd_scorer(est, Xt, yt, sample_weight=w) == pytest.approx(
         -nlpd(yt, dist, sample_weight=w))
@@ -294,8 +297,9 @@ def test_scorers_inside_model_selection(toy_regression):
     scores = cross_val_score(GPRWithDist(), X, y, scoring=get_scorer("neg_crps"), cv=3)
     assert np.all(np.isfinite(scores)) and np.all(scores < 0)
     res = cross_validate(GPRWithDist(), X, y, cv=3,
-                         scoring={"nlpd": neg_nlpd_scorer, "cov": coverage_scorer, "r2": "r2"})
-    assert np.all((res["test_cov"] >= 0) & (res["test_cov"] <= 1))
+                         scoring={"nlpd": neg_nlpd_scorer, "cov": neg_coverage_error_scorer,
+                                  "r2": "r2"})
+    assert np.all((res["test_cov"] <= 0) & (res["test_cov"] >= -0.95))
     assert np.all(np.isfinite(res["test_nlpd"]))
 
 
@@ -314,12 +318,14 @@ def test_ece_scorer_uses_classes():
 def test_get_scorer_names_and_fallback():
     assert get_scorer("neg_nlpd") is neg_nlpd_scorer
     assert get_scorer("neg_crps") is neg_crps_scorer
-    assert get_scorer("coverage_95") is coverage_scorer
+    assert get_scorer("neg_coverage_error_95") is neg_coverage_error_scorer
+    with pytest.raises(ValueError, match="not a valid scoring value"):
+        get_scorer("coverage_95")  # greater-is-better coverage rewards wide intervals
     assert "neg_interval_width_90" in repr(get_scorer("neg_interval_width_90")) or \
         "confidence=0.9" in repr(get_scorer("neg_interval_width_90"))
     assert get_scorer("r2")._score_func.__name__ == "r2_score"  # sklearn's scorer
     assert get_scorer(neg_nlpd_scorer) is neg_nlpd_scorer
-    assert {"neg_nlpd", "neg_crps", "coverage_95", "neg_ece", "r2"} <= set(get_scorer_names())
+    assert {"neg_nlpd", "neg_crps", "neg_coverage_error_95", "neg_ece", "r2"} <= set(get_scorer_names())
     for bad in ("neg_nlpdd", "coverage_100", 3):
         with pytest.raises(ValueError, match="not a valid scoring"):
             get_scorer(bad)
@@ -420,7 +426,7 @@ def test_point_mass_next_to_a_proper_predictive():
 
 
 # ---------------------------------------------------------------------------- scorer checks
-SCORERS = {"neg_nlpd": neg_nlpd_scorer, "neg_crps": neg_crps_scorer, "coverage": coverage_scorer,
+SCORERS = {"neg_nlpd": neg_nlpd_scorer, "neg_crps": neg_crps_scorer, "coverage": neg_coverage_error_scorer,
            "neg_interval_width_95": neg_interval_width_scorer,
            "neg_calibration_error": neg_calibration_error_scorer}
 
@@ -451,3 +457,52 @@ def test_classification_scorer_checks_y():
     names = np.array(["a", "b", "c"])[y]
     clf_named = LogisticRegression(max_iter=500).fit(X, names)
     assert np.isfinite(neg_ece_scorer(clf_named, X, names))
+
+
+def test_coverage_error_is_best_at_the_nominal_level_not_the_widest():
+    """A coverage score cannot be gamed by widening: scaling a calibrated predictive's
+    spread up or down both lose (issue 47 item 5)."""
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal(4000)
+    scores = {k: coverage_error(y, stats.norm(np.zeros_like(y), k), 0.9)
+              for k in (0.5, 1.0, 3.0)}
+    assert scores[1.0] < 0.02  # Monte-Carlo error sqrt(0.09 / 4000) = 0.005
+    assert scores[0.5] > 0.2 and scores[3.0] > 0.09  # 3 sd covers ~1.0: error ~0.1
+
+
+def test_scorers_accept_a_pipeline_and_equal_the_prescaled_score(toy_regression):
+    """A scorer on Pipeline(StandardScaler, est) equals the score of est fitted and scored on
+    pre-scaled data (the scorer applies the pipeline's transforms, then predict_dist)."""
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = toy_regression
+    X = 10.0 * X + 3.0
+    pipe = make_pipeline(StandardScaler(), GPRWithDist()).fit(X[:40], y[:40])
+    scaler = StandardScaler().fit(X[:40])
+    est = GPRWithDist().fit(scaler.transform(X[:40]), y[:40])
+    Xt = scaler.transform(X[40:])
+    for scorer in (neg_nlpd_scorer, neg_crps_scorer, neg_coverage_error_scorer,
+                   neg_calibration_error_scorer):
+        assert scorer(pipe, X[40:], y[40:]) == pytest.approx(scorer(est, Xt, y[40:]))
+    dist = predictive_response(pipe, X[40:])
+    np.testing.assert_allclose(dist.mean(), est.predict(Xt))
+    search = GridSearchCV(make_pipeline(StandardScaler(), GPRWithDist()),
+                          {"gprwithdist__alpha": [1e-3, 1.0]}, scoring=neg_nlpd_scorer, cv=3)
+    search.fit(X, y)
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+    assert neg_nlpd_scorer(search, X, y) == pytest.approx(
+        neg_nlpd_scorer(search.best_estimator_, X, y))
+
+
+def test_scorer_without_a_predictive_distribution_raises_naming_it(toy_regression):
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = toy_regression
+    with pytest.raises(TypeError, match="Ridge has no predict_dist"):
+        neg_nlpd_scorer(Ridge().fit(X, y), X, y)
+    pipe = make_pipeline(StandardScaler(), Ridge()).fit(X, y)
+    with pytest.raises(TypeError, match=r"Ridge \(the final step of Pipeline\) has no"):
+        neg_nlpd_scorer(pipe, X, y)
