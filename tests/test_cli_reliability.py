@@ -228,3 +228,91 @@ def test_an_interrupted_model_with_no_finished_fold_reads_not_run():
                                              ("accuracy", "nll", "ece", "fit_s", "predict_s")}}
     table = format_table({"A": entry, "B": dict(entry, n_failed=2)}, "classification")
     assert table.splitlines()[2].split()[1] == "not" and "failed" in table.splitlines()[3]
+
+
+# ------------------------------------------------------------------ CSV reading and the task
+def _csv(path, header, rows):
+    path.write_text(header + "\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_rows_with_one_field_more_than_the_header_are_refused(tmp_path, no_fit):
+    """Issue 53 item 2: pandas made the first column the index and every column shifted, so
+    another column was scored as the target, with exit 0."""
+    rows = [f"{i},{i % 3}.5,{i * 0.1:.1f},{i % 2}" for i in range(40)]
+    status, out, err = _run(["compare", "--csv", _csv(tmp_path / "d.csv", "a,b,y", rows),
+                             "--target", "y", "-o", str(tmp_path / "out"), "-q"])
+    assert status == 2 and out == ""
+    assert "line 2: 4 fields, expected 3 as in the header" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_text_class_with_one_row_is_a_usage_error(tmp_path, no_fit):
+    """Issue 53 item 5: 'str' object has no attribute 'item' at the rare-class check."""
+    rows = [f"{i * 0.1:.1f},{(i * 7) % 5},{'ab'[i % 2]}" for i in range(40)] + ["0.5,1,c"]
+    status, _, err = _run(["compare", "--csv", _csv(tmp_path / "d.csv", "a,b,y", rows),
+                           "--target", "y", "-o", str(tmp_path / "out"), "-q"])
+    assert status == 2 and "class 'c' has only 1 rows" in err and "Traceback" not in err
+
+
+def test_a_code_column_beside_dot_decimals_is_not_reread_as_decimal_commas(tmp_path, no_fit):
+    """Issue 53 item 5: the decimal-comma re-read turned the dot decimals into text and the
+    error report crashed (IndexError)."""
+    rows = [f"{i * 0.25:.2f};1,5;{i * 0.5:.2f}" for i in range(30)]
+    status, _, err = _run(["compare", "--csv", _csv(tmp_path / "d.csv", "a;code;y", rows),
+                           "--target", "y", "-o", str(tmp_path / "out"), "-q"])
+    assert status == 2 and "feature column 'code' is not numeric ('1,5' on line 2)" in err
+    assert "Traceback" not in err
+
+
+def test_a_zero_one_target_runs_the_classification_table(tmp_path):
+    """Issue 47 item 4: a 0/1 integer target was cross-validated as a regression (RMSE,
+    NLPD) without a hint; sklearn's type_of_target calls it binary."""
+    rng = __import__("numpy").random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    rows = [f"{a:.3f},{b:.3f},{int(a + b > 0)}" for a, b in X]
+    path = _csv(tmp_path / "d.csv", "a,b,y", rows)
+    status, out, _ = _run(["compare", "--csv", path, "--target", "y", "-e", "gpc",
+                           "--folds", "3", "--time-budget", "0", "-o", str(tmp_path / "o"), "-q"])
+    assert status == 0 and "accuracy" in out and "RMSE" not in out
+    assert "target has 2 integer values: read as class labels" in out
+    status, out, _ = _run(["compare", "--csv", path, "--target", "y", "-e", "gpr",
+                           "--task", "regression", "--folds", "3", "--time-budget", "0",
+                           "-o", str(tmp_path / "r"), "-q"])
+    assert status == 0 and "RMSE" in out
+
+
+def test_a_run_over_its_budget_says_by_how_much(tmp_path):
+    """Issue 47 item 4: a small-data run overran --time-budget without a word."""
+    import json
+
+    status, out, _ = _run(["compare", "iris", "-e", "gpc", "--folds", "2", "--n-jobs", "1",
+                           "--time-budget", "0.001", "-o", str(tmp_path), "-q"])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert status == 0 and report["budget_overrun_seconds"] > 0
+    assert "over --time-budget 0 s" in out
+
+
+def test_a_full_disk_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+    """Issue 53 item 5: a full disk left report.json at 0 bytes over an earlier one and
+    printed no table."""
+    import errno
+    from pathlib import Path
+
+    args = ["compare", "iris", "-e", "gpc", "--folds", "2", "--n-jobs", "1",
+            "--time-budget", "0", "-o", str(tmp_path), "-q"]
+    assert _run(args)[0] == 0
+    before = (tmp_path / "report.json").read_bytes()
+    real = Path.write_text
+
+    def full(self, *a, **k):
+        if self.name.endswith(".tmp"):
+            real(self, "", encoding="utf-8")  # the disk filled after the file was created
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+    monkeypatch.setattr(Path, "write_text", full)
+    status, out, err = _run(args)
+    assert status == 2 and "accuracy" in out  # the table is printed before the write
+    assert "No space left on device" in err and "Traceback" not in err
+    assert (tmp_path / "report.json").read_bytes() == before
+    assert not list(tmp_path.glob("*.tmp"))

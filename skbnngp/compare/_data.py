@@ -89,15 +89,22 @@ def _read_csv(path, sep):
     if not head.strip():
         raise UsageError(f"CSV file {path!r} is empty")
     sep = sep or _sniff_delimiter(head)
+    _check_row_widths(p, sep, path)
     kw = dict(sep=sep, na_values=EXTRA_NA, skipinitialspace=True, encoding="utf-8-sig",
               skip_blank_lines=True)
     try:
         header = pd.read_csv(p, header=None, nrows=1, dtype=str, **kw).iloc[0]
-        frame = pd.read_csv(p, **kw)
+        # index_col=False: data rows with one field more than the header are an error below,
+        # never a silent shift of every column (pandas' default makes the first an index)
+        frame = pd.read_csv(p, index_col=False, **kw)
         notes = []
         if sep != "," and _looks_decimal_comma(frame):
-            frame = pd.read_csv(p, decimal=",", **kw)
-            notes.append("numbers with a decimal comma were read as decimals")
+            comma = pd.read_csv(p, decimal=",", index_col=False, **kw)
+            # kept only if no column read as numbers before turns into text (a column of
+            # dot decimals beside a code column such as "1,5" keeps the first reading)
+            if set(_text_columns(comma)) <= set(_text_columns(frame)):
+                frame = comma
+                notes.append("numbers with a decimal comma were read as decimals")
     except pd.errors.ParserError as exc:
         msg = str(exc).strip().splitlines()[-1]
         found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", msg)
@@ -120,11 +127,55 @@ def _read_csv(path, sep):
 
 
 def _first_text(series):
-    """``(row, value)`` of the first value that is not a number."""
+    """``(row, value)`` of the first value that is not a number (the first value at all
+    when each one parses alone, e.g. a mix of decimal points and commas)."""
     pd = _pandas()
     numeric = pd.to_numeric(series, errors="coerce")
     bad = np.flatnonzero(numeric.isna().to_numpy() & series.notna().to_numpy())
+    if bad.size == 0:
+        bad = np.flatnonzero(series.notna().to_numpy())
     return int(bad[0]), series.iloc[int(bad[0])]
+
+
+def _check_row_widths(p, sep, path):
+    """Refuse data rows with more fields than the header (pandas would read the extra
+    leading field as an index and shift every column by one)."""
+    opener = gzip.open if p.suffix == ".gz" else open
+    width, line, row = None, 0, []
+    try:
+        with opener(p, "rt", encoding="utf-8-sig", newline="") as fh:
+            for line, row in enumerate(csv.reader(fh, delimiter=sep, skipinitialspace=True), 1):
+                if width is None:
+                    width = len(row) if row else None
+                elif len(row) > width and any(v.strip() for v in row[width:]):
+                    break
+            else:
+                return
+    except (csv.Error, OSError, UnicodeDecodeError, EOFError):
+        return  # pandas' own reading reports it
+    raise UsageError(f"CSV file {path!r}, line {line}: {len(row)} fields, expected {width} "
+                     "as in the header")
+
+
+#: At most this many distinct integer values make a numeric target classes (unless
+#: --task regression); two (0/1, 1/2) always do.
+MAX_INTEGER_CLASSES = 10
+
+
+def _numeric_task(target, notes):
+    """``"classification"`` for a numeric target of a few integer levels (two, or at most
+    :data:`MAX_INTEGER_CLASSES` with at least 5 rows each), as sklearn's
+    ``type_of_target`` reads it; otherwise ``"regression"``."""
+    values = target.dropna().to_numpy(dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if values.size == 0 or np.any(np.mod(values, 1) != 0):
+        return "regression"
+    levels, counts = np.unique(values, return_counts=True)
+    if levels.size == 2 or (levels.size <= MAX_INTEGER_CLASSES and counts.min() >= 5):
+        notes.append(f"target has {levels.size} integer values: read as class labels "
+                     "(pass --task regression to fit it as a number)")
+        return "classification"
+    return "regression"
 
 
 def _category_name(column, category):
@@ -174,7 +225,7 @@ def _load_csv(args):
 
     target = frame[args.target]
     y_is_text = _is_text(target)
-    task = args.task or ("classification" if y_is_text else "regression")
+    task = args.task or ("classification" if y_is_text else _numeric_task(target, notes))
     if task == "regression" and y_is_text:
         i, v = _first_text(target)
         raise UsageError(f"target column {args.target!r} is not numeric ({v!r} on line "
@@ -257,7 +308,8 @@ def _load(args):
         if labels.size < 2:
             raise UsageError(f"target {data.target_name!r} has a single class")
         if counts.min() < args.folds:
-            rare = labels[counts.argmin()].item()
+            rare = labels[counts.argmin()]
+            rare = rare.item() if isinstance(rare, np.generic) else rare
             raise UsageError(f"class {rare!r} has only {int(counts.min())} rows, fewer than "
                              f"--folds {args.folds}")
     return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
 import math
 import time
@@ -319,15 +320,26 @@ def _write_partial(report, summary, out_dir, err):
     text[0] += " — INCOMPLETE"
     at = text.index(table.splitlines()[0])
     text[at:at] = _incomplete_lines(report) + [""]
-    (out_dir / "report.md").write_text("\n".join(text), encoding="utf-8")
-    (out_dir / "report.json").write_text(
-        json.dumps(_jsonable(report), indent=1) + "\n", encoding="utf-8")
+    _write_atomic(out_dir / "report.md", "\n".join(text))
+    _write_atomic(out_dir / "report.json", json.dumps(_jsonable(report), indent=1) + "\n")
     inc = report["incomplete"]
     finished = "; ".join(f"{name} {len(folds)}/{report['folds']}"
                          for name, folds in inc["finished"].items())
     err.write(f"{PROG} compare: interrupted after {inc['fits_done']} of {inc['fits_planned']} "
               f"fits (folds done: {finished}); INCOMPLETE report: {out_dir / 'report.md'}\n")
     return 130
+
+
+def _write_atomic(path, text):
+    """Write ``text`` to ``path`` through a temporary file beside it, so that a failed write
+    (a full disk) leaves the earlier file whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _summarise(records, names, task):
@@ -516,17 +528,27 @@ def _compare(args, argv, out, err):
     if interrupted:
         return _write_partial(report, summary, out_dir, err)
     table = format_table(summary, data.task)
-    (out_dir / "report.md").write_text(
-        _markdown(report, format_table(summary, data.task, markdown=True)), encoding="utf-8")
-    (out_dir / "report.json").write_text(
-        json.dumps(_jsonable(report), indent=1) + "\n", encoding="utf-8")
-
+    if args.time_budget > 0 and total > args.time_budget:
+        report["budget_overrun_seconds"] = total - args.time_budget
+        report["notes"].append(
+            f"the run took {total:.0f} s, {total - args.time_budget:.0f} s over --time-budget "
+            f"{args.time_budget:.0f} s" + ("" if any(v is not None for v in report[
+                "estimated_full_seconds"].values()) else " (the data set is too small for the "
+                "pilot fits to measure a cost curve, so nothing was subsampled)"))
     out.write(f"{data.name}: {data.X.shape[0]} samples x {d} features, {data.task}, "
               f"{args.folds}-fold CV, inputs standardised (StandardScaler in a Pipeline)\n\n")
     out.write(table + "\n\n" + _legend(data.task, args.folds) + "\n")
     for line in report["notes"] + report["problems"]:
         line = line.replace("`", "")
         out.write(f"note: {line[:157] + '...' if len(line) > 160 else line}\n")
+    try:
+        _write_atomic(out_dir / "report.md",
+                      _markdown(report, format_table(summary, data.task, markdown=True)))
+        _write_atomic(out_dir / "report.json", json.dumps(_jsonable(report), indent=1) + "\n")
+    except OSError as exc:
+        err.write(f"{PROG} compare: error: cannot write the report to {str(out_dir)!r}: "
+                  f"{exc.strerror or exc}; earlier reports there are unchanged\n")
+        return 2
     out.write(f"wall time {total:.0f} s; report: {out_dir / 'report.md'}\n")
     failed = sum(r["error"] is not None for r in records)
     if failed:
