@@ -30,6 +30,31 @@ from .utils._sklearn_compat import StrOptions
 #: Central interval whose held-out coverage the variance calibration matches.
 CALIBRATION_LEVEL = 0.95
 
+#: Smallest degrees of freedom the Student-t calibration chooses for a near-noiseless
+#: target (:func:`near_noiseless`): the model's latent variance, not heavy-tailed noise,
+#: spreads those residuals, and a t without a variance there would be an artefact of the
+#: fit (an infinite ``return_std`` for a smooth deterministic function).
+MIN_DF_LOW_NOISE = 3.0
+
+#: Noise share (median over rows of the noise variance / held-out predictive variance)
+#: below which the residuals are read as the latent function's, not the noise's.
+LOW_NOISE_SHARE = 0.5
+
+#: Median absolute held-out residual, as a fraction of the targets' standard deviation,
+#: below which a target counts as near-noiseless whatever the fitted noise (an emulator).
+LOW_RESIDUAL = 0.01
+
+
+def near_noiseless(residuals, targets, noise_share):
+    """Whether held-out residuals come from a near-noiseless target: the noise is under
+    :data:`LOW_NOISE_SHARE` of their predictive variance, or the residuals are under
+    :data:`LOW_RESIDUAL` of the targets' spread (a Nystrom or network noise term can absorb
+    approximation error and stay large)."""
+    r = np.abs(np.asarray(residuals, dtype=np.float64))
+    spread = float(np.max(np.std(np.asarray(targets, dtype=np.float64), axis=0), initial=0.0))
+    tiny = spread > 0 and float(np.median(r[np.isfinite(r)])) < LOW_RESIDUAL * spread
+    return bool(noise_share < LOW_NOISE_SHARE or tiny)
+
 #: ``_parameter_constraints`` entry of a regressor's ``calibration``.
 REGRESSOR_CALIBRATION = [StrOptions({"auto", "student_t", "gaussian"}), None]
 
@@ -40,7 +65,7 @@ _GAUSSIAN = Mixing("delta", value=1.0)
 
 
 def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATION_LEVEL,
-                             max_test_df=math.inf):
+                             max_test_df=math.inf, near_noiseless=False):
     """``(calibration_factor, predictive_df)`` for the standardised residuals ``z``.
 
     Parameters
@@ -59,6 +84,10 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
         ``"student_t"`` trusts a scale narrower than the model's only when the t fitted with
         it has at most this many degrees of freedom (see
         :func:`~skbnngp._backend._calibration.student_t_calibration`).
+    near_noiseless : bool, default=False
+        The residuals come from a near-noiseless target (:func:`near_noiseless`):
+        ``"student_t"`` then keeps at least :data:`MIN_DF_LOW_NOISE` degrees of freedom, so
+        heavy tails are read as noise only where there is noise.
     """
     if method is None:
         return 1.0, math.inf
@@ -66,7 +95,8 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
     if method == "student_t":
         s0, max_df = reference.t_reference()
         df, factor = student_t_calibration(z / math.sqrt(s0), level, max_df=max_df,
-                                           max_test_df=max_test_df)
+                                           max_test_df=max_test_df,
+                                           min_df=MIN_DF_LOW_NOISE if near_noiseless else 1.0)
         return float(factor), float(df)
     if method == "gaussian":
         unit = reference.predictive(np.zeros(1), np.ones(1)).ppf(0.5 + level / 2)

@@ -19,9 +19,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._backend import as_tensor, stable_cholesky, to_numpy
 from ._base import check_predict_params, plain
-from ._calibration import fit_variance_calibration
+from ._calibration import fit_variance_calibration, near_noiseless
 from ._scale_mixture import Mixing
-from .exceptions import NumericalWarning
+from .exceptions import HeavyTailWarning, NumericalWarning
 from .utils._sklearn_compat import validate_data
 
 
@@ -109,8 +109,13 @@ class RegressorPredictiveMixin:
             self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
             return
         r, v = engine.loo(state, params)
-        z = to_numpy(r) / np.sqrt(np.maximum(to_numpy(v), 1e-300))[:, None]
-        self._fit_calibration(method, z)
+        v = np.maximum(to_numpy(v), 1e-300)
+        noise = state.get("noise")
+        noise = params["noise_variance"] if noise is None else noise
+        r = to_numpy(r)
+        share = float(np.median(np.minimum(float(noise) / v, 1.0)))
+        self._fit_calibration(method, r / np.sqrt(v)[:, None], near_noiseless=near_noiseless(
+            r, to_numpy(engine.Y), share))
 
     def _model_mixing(self):
         """The fitted model's own amplitude, before any calibration: a point mass at 1 (a
@@ -183,6 +188,13 @@ n_targets), optional
         # an infinite multiplier is a true answer (a Student-t predictive with df <= 2 has no
         # variance); otherwise a non-finite std or covariance is an error
         exists = bool(np.isfinite(mult))
+        if not exists:
+            warnings.warn(
+                f"{type(self).__name__}: the predictive is a Student-t with "
+                f"{self._mixing().t_reference()[1]:.3g} degrees of freedom (<= 2), which has "
+                f"no variance, so the {'std' if return_std else 'covariance'} is infinite; "
+                "use predict_dist(X).interval(level) for finite intervals.",
+                HeavyTailWarning, stacklevel=2)
         if return_std:  # sqrt before scaling: no overflow for targets near the float limit
             std = np.sqrt(np.asarray(V, dtype=np.float64)[:, None] * mult) * self._y_train_std
             std = std[:, 0] if self._y_1d else std

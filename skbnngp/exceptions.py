@@ -16,6 +16,12 @@ class DeviceWarning(UserWarning):
     """A fitted model was moved to another device (for example CUDA -> CPU on unpickling)."""
 
 
+class HeavyTailWarning(UserWarning):
+    """A predictive has no finite variance (a Student-t with at most 2 degrees of freedom),
+    so a requested standard deviation or covariance is infinite; its intervals
+    (``predict_dist(X).interval(level)``) are finite."""
+
+
 class NumericalError(ValueError):
     """A matrix could not be factorised even after the largest jitter was added.
 
@@ -23,4 +29,4 @@ class NumericalError(ValueError):
     """
 
 
-__all__ = ["NumericalWarning", "DeviceWarning", "NumericalError"]
+__all__ = ["NumericalWarning", "DeviceWarning", "HeavyTailWarning", "NumericalError"]

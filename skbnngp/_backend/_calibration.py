@@ -37,15 +37,19 @@ def loo_variance_factor(z, quantile, level=0.95, floor=1.0):
 T_DF_GRID = np.geomspace(1.0, 1000.0, 121)
 
 
-def _df_candidates(max_df):
+def _df_candidates(max_df, min_df=1.0):
     """Degrees of freedom the t fits may choose under the cap ``max_df``: the grid values
-    below it and the cap itself (``inf``: the whole grid and the Gaussian)."""
+    from ``min_df`` (itself included) below it and the cap itself (``inf``: the whole grid
+    and the Gaussian). A cap below ``min_df`` wins."""
+    min_df = min(float(min_df), float(max_df))
+    grid = T_DF_GRID[T_DF_GRID > min_df]
+    grid = grid if min_df < T_DF_GRID[0] else np.append(min_df, grid)
     if math.isinf(max_df):
-        return T_DF_GRID
-    return np.append(T_DF_GRID[T_DF_GRID < max_df], float(max_df))
+        return grid
+    return np.append(grid[grid < max_df], float(max_df))
 
 
-def fit_t_df(z, max_df=math.inf):
+def fit_t_df(z, max_df=math.inf, min_df=1.0):
     """Degrees of freedom of the unit-scale Student-t of largest likelihood for the
     standardised residuals ``z`` (on a log grid from 1 to 1000); ``inf`` (the Gaussian) when
     the largest grid value wins, or without finite residuals. A finite ``max_df`` caps the
@@ -54,7 +58,7 @@ def fit_t_df(z, max_df=math.inf):
     z = z[np.isfinite(z)]
     if z.size == 0:
         return float(max_df)
-    nu = _df_candidates(max_df)
+    nu = _df_candidates(max_df, min_df)
     ll = _t_grid_loglik(z * z, np.zeros(nu.size), nu)
     j = int(np.argmax(ll))
     if math.isinf(max_df) and (j == nu.size - 1 or stats.norm.logpdf(z).sum() >= ll[j]):
@@ -80,7 +84,7 @@ def t_loglik(z, df, scale=1.0):
     return float(lp.sum() - u.size * math.log(scale))
 
 
-def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf):
+def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf, min_df=1.0):
     """Degrees of freedom (the grid of :func:`fit_t_df` and the Gaussian) and scale of the
     Student-t of largest likelihood for ``z``, both free. Returns ``(df, scale)``;
     ``(inf, 1.0)`` without nonzero finite residuals.
@@ -96,7 +100,7 @@ def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf):
     z2 = z * z
     if z.size == 0 or not np.any(z2 > 0):
         return float(max_df), 1.0
-    cand = _df_candidates(max_df)
+    cand = _df_candidates(max_df, min_df)
     nu = cand[None, :]
     med = float(np.median(z2))
     phi = np.full((1, cand.size), math.log(med / 0.455 if med > 0 else np.mean(z2)))
@@ -124,7 +128,8 @@ T_SCALE_TEST_LEVEL = 0.01
 T_MAX_FIT_ROWS = 20000
 
 
-def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf):
+def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
+                          min_df=1.0):
     """``(df, factor)`` of the Student-t calibration for the standardised held-out
     residuals ``z``.
 
@@ -147,10 +152,10 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf):
     z = np.asarray(z, dtype=np.float64).ravel()
     z = z[np.isfinite(z)]
     zf = z[::-(-z.size // T_MAX_FIT_ROWS)] if z.size > T_MAX_FIT_ROWS else z
-    df0 = fit_t_df(zf, max_df)
+    df0 = fit_t_df(zf, max_df, min_df)
     df, floor = df0, 1.0
     if zf.size:
-        df1, s = fit_t(zf, max_df=max_df)
+        df1, s = fit_t(zf, max_df=max_df, min_df=min_df)
         stat = 2.0 * (t_loglik(zf, df1, s) - t_loglik(zf, df0))
         if stat > stats.chi2.isf(T_SCALE_TEST_LEVEL, 1) and df1 <= max_test_df:
             df, floor = df1, s * s
