@@ -19,9 +19,9 @@ Models (``--models``):
   ``relevance_prior=None`` (the ARD relevances by maximum evidence, the default before
   2026-11-27; cv, cv_folds, extrap and concrete20), ``mixed``
   ``MixedActivationGPRegressor`` (its default
-  ``variance_calibration="student_t"``: the leave-one-out residuals also choose a
+  ``calibration="auto"``, the Student-t: the leave-one-out residuals also choose a
   Student-t predictive, since later on 2026-11-26), ``mixed_loo`` the same with
-  ``variance_calibration="loo"`` (the Gaussian widened, the default before; cv, extrap
+  ``calibration="gaussian"`` (the Gaussian widened, the default before; cv, extrap
   and concrete20), ``stp_nocal`` and ``mixed_nocal`` with
   ``variance_calibration=None``, ``dbk``
   ``DBKRegressor`` (trained on the exact evidence of its corrected kernel with a tenth of
@@ -131,8 +131,8 @@ LABELS = {"stp": "StudentTProcessRegressor",
           "stp_loo": "StudentTProcessRegressor(variance_calibration='loo')",
           "stp_nocal": "StudentTProcessRegressor(variance_calibration=None)",
           "mixed": "MixedActivationGPRegressor",
-          "mixed_loo": "MixedActivationGPRegressor(variance_calibration='loo')",
-          "mixed_nocal": "MixedActivationGPRegressor(variance_calibration=None)",
+          "mixed_loo": "MixedActivationGPRegressor(calibration='gaussian')",
+          "mixed_nocal": "MixedActivationGPRegressor(calibration=None)",
           "dbk": "DBKRegressor",
           "dbk_loo": "DBKRegressor(variance_calibration='loo')",
           "dbk_nocal": "DBKRegressor(variance_calibration=None)",
@@ -367,9 +367,9 @@ def make_model(name, n_features, quick=False, seed=0):
         "stp_nocal": lambda: skbnngp.StudentTProcessRegressor(variance_calibration=None,
                                                               **common),
         "mixed": lambda: skbnngp.MixedActivationGPRegressor(**common),
-        "mixed_loo": lambda: skbnngp.MixedActivationGPRegressor(variance_calibration="loo",
+        "mixed_loo": lambda: skbnngp.MixedActivationGPRegressor(calibration="gaussian",
                                                                 **common),
-        "mixed_nocal": lambda: skbnngp.MixedActivationGPRegressor(variance_calibration=None,
+        "mixed_nocal": lambda: skbnngp.MixedActivationGPRegressor(calibration=None,
                                                                   **common),
         "dbk": lambda: skbnngp.DBKRegressor(**common),
         "dbk_loo": lambda: skbnngp.DBKRegressor(variance_calibration="loo", **common),

@@ -1,4 +1,4 @@
-"""``variance_calibration="loo"`` of the GP regressors (Student-t process, mixed activation),
+"""``calibration="gaussian"`` of the GP regressors (Student-t process, mixed activation),
 and their ``"student_t"`` (the default of both), which reads the same residuals."""
 
 import warnings
@@ -18,9 +18,9 @@ REGRESSORS = [
     pytest.param(lambda **kw: StudentTProcessRegressor(
         **{**_FAST, "variance_calibration": "loo", **kw}), id="student_t"),
     pytest.param(lambda **kw: MixedActivationGPRegressor(
-        **{**_FAST, "variance_calibration": "loo", **kw}), id="mixed_nystrom"),
+        **{**_FAST, "calibration": "gaussian", **kw}), id="mixed_nystrom"),
     pytest.param(lambda **kw: MixedActivationGPRegressor(
-        **{**_FAST, "variance_calibration": "loo", "approx": "exact", **kw}), id="mixed_exact"),
+        **{**_FAST, "calibration": "gaussian", "approx": "exact", **kw}), id="mixed_exact"),
 ]
 
 
@@ -40,7 +40,7 @@ def _fit(make, X, y, **kw):
 
 #: Fixed input and target scaling, so that a refit without one row is the same model.
 _PLAIN = {StudentTProcessRegressor: dict(normalize_X=False, normalize_y=False, ard=False),
-          MixedActivationGPRegressor: dict(input_scaling=None, normalize_y=False,
+          MixedActivationGPRegressor: dict(normalize_X=False, normalize_y=False,
                                             approx="exact")}
 
 
@@ -63,7 +63,7 @@ def _loo_brute_force(model, make, X, y, plain):
     z = []
     for i in range(len(y)):
         keep = np.delete(np.arange(len(y)), i)
-        m = _fit(make, X[keep], y[keep], variance_calibration=None, **plain, **_frozen(model))
+        m = _fit(make, X[keep], y[keep], calibration=None, **plain, **_frozen(model))
         mu, V = m._latent(X[i:i + 1])
         z.append(float((y[i] - mu[0, 0]) / np.sqrt(V[0])))
     return np.array(z)
@@ -72,7 +72,7 @@ def _loo_brute_force(model, make, X, y, plain):
 @pytest.mark.parametrize("make", REGRESSORS)
 def test_calibration_scales_the_variance_and_keeps_the_mean(make):
     X, y, Xt, _ = _cpu()
-    cal, raw = _fit(make, X, y), _fit(make, X, y, variance_calibration=None)
+    cal, raw = _fit(make, X, y), _fit(make, X, y, calibration=None)
     assert raw.calibration_factor_ == 1.0
     # a skewed, heteroscedastic target: the evidence fits the kernel too tightly
     k = cal.calibration_factor_
@@ -136,8 +136,8 @@ def test_not_applied_where_the_predictive_is_not_the_gp_posterior():
 def test_invalid_variance_calibration_is_rejected():
     X, y, _, _ = _cpu()
     for est in (StudentTProcessRegressor, MixedActivationGPRegressor):
-        with pytest.raises(ValueError, match="variance_calibration"):
-            est(variance_calibration="cv").fit(X, y)
+        with pytest.raises(ValueError, match="calibration"):
+            est(calibration="cv").fit(X, y)
 
 
 # ------------------------------------------------------ "student_t" (the default of both)
@@ -160,7 +160,7 @@ def test_student_t_reads_the_leave_one_out_residuals(make):
     X, y, Xt, _ = _cpu()
     X, y = X[:60], (y[:60] - y[:60].mean()) / y[:60].std()
     plain = _PLAIN[type(make())]
-    model = _fit(make, X, y, variance_calibration="student_t", **plain)
+    model = _fit(make, X, y, calibration="student_t", **plain)
     s0, cap = _unit_t(model)
     z = _loo_brute_force(model, make, X, y, plain) / np.sqrt(s0)
     df, k = student_t_calibration(z, max_df=cap)
@@ -168,7 +168,7 @@ def test_student_t_reads_the_leave_one_out_residuals(make):
     assert df < 10 and (np.isinf(cap) or cap > 60)  # far heavier than the posterior's own
     assert model.calibration_factor_ == pytest.approx(k, rel=1e-5)
     # the same fit without the calibration: the t has its scale times sqrt(k), the same mean
-    raw = _fit(make, X, y, variance_calibration=None, **plain)
+    raw = _fit(make, X, y, calibration=None, **plain)
     dist, dist0 = model.predict_dist(Xt), raw.predict_dist(Xt)
     assert isinstance(dist.dist, type(stats.t))
     np.testing.assert_allclose(dist.kwds["df"], df)
@@ -218,7 +218,7 @@ def test_student_t_on_fresh_cauchy_noise(est):
         return m, np.mean((yt >= lo) & (yt <= hi)), -np.mean(dist.logpdf(yt))
 
     t, cover_t, nlpd_t = score()
-    _, _, nlpd_loo = score(variance_calibration="loo")
+    _, _, nlpd_loo = score(calibration="gaussian")
     assert t.calibration_factor_ < 0.1 and t.predictive_df_ < 3
     assert 0.92 <= cover_t <= 0.98
     assert nlpd_t < 1.0 and nlpd_loo > nlpd_t + 2.0

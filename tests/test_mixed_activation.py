@@ -1,6 +1,7 @@
 """Properties of MixedActivationGPRegressor (spec 001 §7; the item is cited in each test)."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -12,15 +13,29 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import WhiteKernel
 
 import skbnngp._backend._gp as gp_module
-from skbnngp import MixedActivationGPRegressor
+from skbnngp import MixedActivationGPRegressor, _mixed_activation
 from skbnngp.exceptions import NumericalWarning
 from skbnngp.kernels import MixedActivationKernel, mixed_activation_kernel
 
 from ._promise import assert_same_predictions
 
-FIXED = dict(optimizer=None, priors=None, device="cpu", noise_variance=0.05, sigma_b2=0.7,
+FIXED = dict(optimizer=None, device="cpu", noise_variance=0.05, sigma_b2=0.7,
              sigma_v2=1.3, sigma_u2=1.8, sigma_a2=0.6, leaky_slope=0.3, weights=[0.6, 0.4],
-             variance_calibration=None)  # the GP's own predictive (tests/test_loo_calibration)
+             calibration=None)  # the GP's own predictive (tests/test_loo_calibration)
+
+
+@pytest.fixture
+def no_jitter(monkeypatch):
+    """Nystrom without jitter on the anchor kernel (the private ``JITTER``)."""
+    monkeypatch.setattr(_mixed_activation, "JITTER", 0.0)
+
+
+@pytest.fixture
+def fixed_kernel(monkeypatch):
+    """sigma_b2, the slope and the weights held at their initial values."""
+    monkeypatch.setattr(_mixed_activation, "HYPERPARAMETER_BOUNDS", {
+        **_mixed_activation.HYPERPARAMETER_BOUNDS, "sigma_b2": "fixed",
+        "leaky_slope": "fixed", "weights": "fixed"})
 
 
 def toy(n=60, d=3, seed=0, targets=None):
@@ -48,7 +63,7 @@ def kernel_np(reg, A, B=None):
 
 
 # ----------------------------------------------------------------------------- likelihoods
-def test_exact_nll_equals_scipy_and_map_adds_priors():
+def test_exact_nll_equals_scipy_and_map_adds_priors(monkeypatch):
     """T12: the exact log marginal likelihood is scipy's multivariate-normal logpdf; the MAP
     objective minus the NLL equals the prior terms of (20) computed by hand."""
     X, y = toy()
@@ -59,7 +74,8 @@ def test_exact_nll_equals_scipy_and_map_adds_priors():
     priors = {"sigma_b2": (2.0, 1.0), "sigma_v2": (3.0, 0.5), "sigma_u2": (2.0, 1.0),
               "sigma_a2": (2.5, 1.5), "noise_variance": (2.0, 0.1), "leaky_slope": (2.0, 3.0),
               "weights": 1.5}
-    reg = fixed(approx="exact", priors=priors).fit(X, y)
+    monkeypatch.setattr(_mixed_activation, "PRIORS", priors)
+    reg = fixed(approx="exact").fit(X, y)
     by_hand = sum((priors[h][0] + 1) * np.log(getattr(reg, f"{h}_"))
                   + priors[h][1] / getattr(reg, f"{h}_")
                   for h in ("sigma_b2", "sigma_v2", "sigma_u2", "sigma_a2", "noise_variance"))
@@ -85,7 +101,7 @@ def test_lml_gradient_matches_finite_differences(approx, keep, monkeypatch):
         monkeypatch.setattr(gp_module, "KEEP_GRAPH_ELEMENTS", 0)
     X, y = toy(n=40, targets=2)
     X[7] = X[3]
-    reg = fixed(approx=approx, n_anchors=15, batch_size=7).fit(X, y)
+    reg = fixed(approx=approx, n_anchors=15).fit(X, y)
     theta = reg.theta_ + np.random.default_rng(1).normal(scale=0.3, size=reg.theta_.size)
     value, grad = reg.log_marginal_likelihood(theta, eval_gradient=True)
     assert value == pytest.approx(reg.log_marginal_likelihood(theta), rel=1e-12)
@@ -93,13 +109,13 @@ def test_lml_gradient_matches_finite_differences(approx, keep, monkeypatch):
     np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-4)
 
 
-def test_nystrom_with_all_rows_equals_exact():
+def test_nystrom_with_all_rows_equals_exact(no_jitter):
     """T13: anchors = every training row ("first", r = n, jitter 0): the Nystrom NLL,
     predictive mean and variance equal the exact GP's to ~1e-8."""
     X, y = toy(n=80, d=2)
     Xt, _ = toy(n=15, d=2, seed=1)
     exact = fixed(approx="exact").fit(X, y)
-    nys = fixed(approx="nystrom", anchors="first", n_anchors=80, jitter=0.0).fit(X, y)
+    nys = fixed(approx="nystrom", anchors="first", n_anchors=80).fit(X, y)
     assert nys.n_anchors_ == 80
     assert nys.log_marginal_likelihood_value_ == pytest.approx(
         exact.log_marginal_likelihood_value_, rel=1e-8)
@@ -109,11 +125,11 @@ def test_nystrom_with_all_rows_equals_exact():
     np.testing.assert_allclose(s2, s1, rtol=1e-8)
 
 
-def test_nystrom_likelihood_is_low_rank_plus_noise():
+def test_nystrom_likelihood_is_low_rank_plus_noise(no_jitter):
     """T16 / A1: for r < n the NLL is that of Q + noise I (finite), computed without any
     n x n matrix, and equals the dense formula; the paper's literal eq (22) is singular."""
     X, y = toy(n=70)
-    reg = fixed(anchors="first", n_anchors=9, jitter=0.0).fit(X, y)
+    reg = fixed(anchors="first", n_anchors=9).fit(X, y)
     K_nS = kernel_np(reg, X, reg.anchors_)
     Q = K_nS @ np.linalg.solve(kernel_np(reg, reg.anchors_), K_nS.T)
     dense = stats.multivariate_normal(np.zeros(70), Q + reg.noise_variance_ * np.eye(70),
@@ -168,14 +184,14 @@ def test_anchor_strategies():
     assert user.n_anchors_ == 5 and user.anchor_indices_ is None
 
 
-def test_duplicates_and_too_many_anchors():
+def test_duplicates_and_too_many_anchors(no_jitter):
     """Bad input: duplicate rows never become duplicate anchors; a user array with duplicates
     is deduplicated with a warning; n_anchors > n is clipped with a warning; no Cholesky
     failure in any case."""
     X, y = toy(n=30)
     X[10:20] = X[0]  # eleven copies of one row: 20 distinct rows
     with pytest.warns(UserWarning, match="exceeds the 20 distinct"):
-        reg = fixed(anchors="first", n_anchors=50, jitter=0.0).fit(X, y)
+        reg = fixed(anchors="first", n_anchors=50).fit(X, y)
     assert reg.n_anchors_ == 20 and np.unique(reg.anchors_, axis=0).shape[0] == 20
     with pytest.warns(UserWarning, match="dropped 2 duplicate anchors"):
         reg = fixed(anchors=np.vstack([X[:5], X[:2]])).fit(X, y)
@@ -183,17 +199,14 @@ def test_duplicates_and_too_many_anchors():
     assert np.all(np.isfinite(reg.predict(X)))
 
 
-def test_auto_anchors_take_every_distinct_row_silently_up_to_the_cap(monkeypatch):
+def test_auto_anchors_take_every_distinct_row_silently_up_to_the_cap(monkeypatch, no_jitter):
     """n_anchors="auto": all distinct rows (no warning) below the cap, the cap above it, and
     the Nystrom model on all rows is the exact GP up to jitter."""
-    import warnings
-
-    from skbnngp import _mixed_activation
     X, y = toy(n=30)
     X[10:20] = X[0]  # 20 distinct rows
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        reg = fixed(jitter=0.0).fit(X, y)
+        reg = fixed().fit(X, y)
     assert reg.n_anchors_ == 20 and reg.get_params()["n_anchors"] == "auto"
     exact = fixed(approx="exact").fit(X, y)
     np.testing.assert_allclose(reg.predict(X), exact.predict(X), atol=1e-6)
@@ -231,12 +244,16 @@ def test_fit_reproducible_and_map_decreases():
     assert a.n_iter_ > 0 and a.score(X, y) > 0.7
 
 
-def test_noise_initialisation_rule():
-    """T24 / rule (25): noise_variance="auto" starts at 0.04 x mean diag K on scaled X."""
+def test_noise_initialisation_rule(monkeypatch):
+    """T24 / rule (25): noise_variance="auto" starts at 0.04 x mean diag K on scaled X (and
+    at the private ratio when it is patched)."""
     X, y = toy(n=50)
-    reg = fixed(noise_variance="auto", noise_init_ratio=0.04).fit(X, y)
+    reg = fixed(noise_variance="auto").fit(X, y)
     assert reg.noise_variance_ == pytest.approx(0.04 * np.mean(np.diag(kernel_np(reg, X))),
                                                 rel=1e-12)
+    monkeypatch.setattr(_mixed_activation, "NOISE_INIT_RATIO", 0.1)
+    again = fixed(noise_variance="auto").fit(X, y)
+    assert again.noise_variance_ == pytest.approx(2.5 * reg.noise_variance_, rel=1e-12)
     scaled = reg._scale_X(X)
     assert scaled.min() == pytest.approx(-0.5) and scaled.max() == pytest.approx(0.5)
 
@@ -258,37 +275,40 @@ def test_normalize_y_affine_equivariance():
     np.testing.assert_allclose(s2, 3.0 * s1, rtol=1e-7)
 
 
-def test_paper_preset_barely_moves():
-    """T27 / A6: the paper's protocol (Adam, lr 1e-3, 50 steps) moves every raw parameter by
-    at most ~0.05 * 1.1 from its start, and says it did not converge."""
+def test_paper_protocol_barely_moves():
+    """T27 / A6: the paper's protocol (Adam, 50 steps of 1e-3 in the raw coordinates, on all
+    rows), the user guide's recipe, moves every raw parameter by at most ~0.05 * 1.1 from its
+    start, and says it did not converge. The optimiser steps in the box's squashed
+    coordinates, 18.4 / 4 = 4.6 times steeper than the raw ones at the box centre, hence
+    the learning rate 1e-3 / 4.6."""
     X, y = toy(n=60)
     start = fixed(approx="exact").fit(X, y).theta_  # optimizer=None: the initial values
     with pytest.warns(ConvergenceWarning, match="max_iter=50"):
-        reg = MixedActivationGPRegressor(**{**FIXED, "preset": "paper",
-                                            "approx": "exact"}).fit(X, y)
+        reg = fixed(approx="exact", optimizer="adam", learning_rate_init=2.2e-4, max_iter=50,
+                    tol=0.0, subset_size=None).fit(X, y)
     assert reg.n_iter_ == 50 and not reg.converged_
     assert np.max(np.abs(reg.theta_ - start)) <= 0.05 * 1.1
 
 
-def test_convergence_warning_and_fixed_bounds():
+def test_convergence_warning_and_fixed_bounds(fixed_kernel):
     X, y = toy(n=40)
     with pytest.warns(ConvergenceWarning, match="MixedActivationGPRegressor: hyperparameter"):
         reg = MixedActivationGPRegressor(max_iter=1, n_anchors=10, device="cpu").fit(X, y)
     assert not reg.converged_
-    reg = MixedActivationGPRegressor(max_iter=5, n_anchors=10, device="cpu",
-                                     sigma_b2_bounds="fixed", leaky_slope_bounds="fixed",
-                                     weights_bounds="fixed", sigma_b2=0.3, leaky_slope=0.2,
-                                     weights=[0.25, 0.75])
+    reg = MixedActivationGPRegressor(max_iter=5, n_anchors=10, device="cpu", sigma_b2=0.3,
+                                     leaky_slope=0.2, weights=[0.25, 0.75])
     with pytest.warns(ConvergenceWarning):
         reg.fit(X, y)
     assert reg.sigma_b2_ == 0.3 and reg.leaky_slope_ == pytest.approx(0.2, rel=1e-12)
     np.testing.assert_allclose(reg.weights_, [0.25, 0.75], rtol=1e-12)
 
 
-def test_subset_warm_start_then_refine():
-    """More rows than subset_size: optimise on a subset, refine on all rows."""
+def test_subset_warm_start_then_refine(monkeypatch):
+    """More rows than subset_size: optimise on a subset, refine on all rows (the private
+    ``REFINE_ITER``)."""
     X, y = toy(n=90)
-    reg = MixedActivationGPRegressor(n_anchors=10, subset_size=40, refine_iter=2, max_iter=10,
+    monkeypatch.setattr(_mixed_activation, "REFINE_ITER", 2)
+    reg = MixedActivationGPRegressor(n_anchors=10, subset_size=40, max_iter=10,
                                      device="cpu", random_state=0)
     with pytest.warns(ConvergenceWarning):
         reg.fit(X, y)
@@ -296,16 +316,15 @@ def test_subset_warm_start_then_refine():
 
 
 # ----------------------------------------------------------------------------- estimator API
-def test_sklearn_gpr_with_adapter_gives_the_exact_fit():
+def test_sklearn_gpr_with_adapter_gives_the_exact_fit(fixed_kernel):
     """The sklearn adapter inside GaussianProcessRegressor gives the exact mode's fit: equal
     log marginal likelihood and predictions at the same hyperparameters, and both optimisers
     reach the same optimum (sigma_b2, alpha, w fixed in both: the full optimum is weakly
     identified, spec 001 §3.4)."""
     X, y = toy(n=40, d=2)
     Xt, _ = toy(n=10, d=2, seed=3)
-    kw = dict(approx="exact", priors=None, input_scaling=None, device="cpu", random_state=0,
-              sigma_b2_bounds="fixed", leaky_slope_bounds="fixed", weights_bounds="fixed",
-              variance_calibration=None)
+    kw = dict(approx="exact", normalize_X=False, device="cpu", random_state=0,
+              calibration=None)
     reg = MixedActivationGPRegressor(**kw).fit(X, y)
 
     def kernel_of(r):
@@ -323,7 +342,7 @@ def test_sklearn_gpr_with_adapter_gives_the_exact_fit():
     m2, s2 = gpr.predict(Xt, return_std=True)
     np.testing.assert_allclose(m1, m2, rtol=1e-8)
     np.testing.assert_allclose(s1, s2, rtol=1e-8)
-    start = fixed(approx="exact", input_scaling=None, sigma_b2=1.0, leaky_slope=0.5,
+    start = fixed(approx="exact", normalize_X=False, sigma_b2=1.0, leaky_slope=0.5,
                   weights=[0.5, 0.5])
     gpr = GaussianProcessRegressor(kernel_of(start.fit(X, y)), alpha=0.0,
                                    normalize_y=True).fit(X, y)
@@ -362,18 +381,21 @@ def test_predict_dist_includes_noise():
                                reg.noise_variance_ * reg._y_train_std[0] ** 2, rtol=1e-8)
 
 
-def test_pickle_batch_size_and_float32():
+def test_pickle_row_blocks_and_float32(monkeypatch):
     """Pickles predict the same (the repeatability promise); row blocks do not change
     predictions; float32 agrees with float64 to ~1e-4 relative."""
     X, y = toy(n=50)
-    reg = fixed(n_anchors=12, batch_size=3, random_state=0).fit(X, y)
+    reg = fixed(n_anchors=12, random_state=0).fit(X, y)
     again = pickle.loads(pickle.dumps(reg))
     assert "_cache" not in again.__dict__
     assert_same_predictions(again.predict(X), reg.predict(X))
     assert again.log_marginal_likelihood(reg.theta_) == pytest.approx(
         reg.log_marginal_likelihood_value_, rel=1e-12)
+    whole = reg.predict_std(X)
+    with monkeypatch.context() as m:  # blocks of 3 rows (36 kernel entries against 12 anchors)
+        m.setattr(gp_module, "_block", lambda X, block: 36)
+        np.testing.assert_allclose(reg.predict_std(X), whole, rtol=1e-12)
     whole = fixed(n_anchors=12, random_state=0).fit(X, y)
-    np.testing.assert_allclose(reg.predict_std(X), whole.predict_std(X), rtol=1e-12)
     r32 = fixed(n_anchors=12, dtype="float32", random_state=0).fit(X, y)
     np.testing.assert_allclose(r32.predict(X), whole.predict(X), rtol=1e-4, atol=1e-4)
 
@@ -391,12 +413,12 @@ def test_bad_input_errors():
         reg.predict(X[:, :2])
     cases = [(dict(weights=[0.5, 0.6]), "weights"), (dict(activations=("swish",)), "swish"),
              (dict(activations=("tanh", "tanh")), "repeat"),
-             (dict(priors={"sigma_x": (1, 1)}), "unknown"),
-             (dict(priors={"leaky_slope": (1, -1)}), "priors"),
+             (dict(noise_variance_bounds=(1.0, 0.1)), "noise_variance_bounds"),
+             (dict(noise_variance=1e3), "noise_variance_bounds"),
              (dict(anchors=np.zeros((3, 2))), "anchors has 2 features"),
              (dict(anchors=np.full((3, 3), np.nan)), "anchors"),
              (dict(optimizer="lbfgs", sigma_u2=1e5), "sigma_u2"),
-             (dict(leaky_slope_bounds=(0.1, 1.5)), "leaky_slope_bounds"),
+             (dict(optimizer="lbfgs", leaky_slope=1e-5), "leaky_slope"),
              (dict(n_anchors=0), "n_anchors"), (dict(approx="fitc"), "approx")]
     for params, match in cases:
         with pytest.raises(ValueError, match=match):
@@ -439,3 +461,110 @@ def test_cuda_matches_cpu():
     gpu = fixed(n_anchors=10, device="cuda", random_state=0).fit(X, y)
     np.testing.assert_array_equal(gpu.anchors_, cpu.anchors_)
     np.testing.assert_allclose(gpu.predict(X), cpu.predict(X), rtol=1e-8)
+
+
+# ----------------------------------------------------------------------------- fitted state
+@pytest.fixture(scope="module")
+def fitted():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(60, 2))
+    y = np.sin(4 * X[:, 0]) + 0.1 * rng.standard_normal(60)
+    est = MixedActivationGPRegressor(n_anchors=15, max_iter=10, device="cpu",
+                                     random_state=0).fit(X, y)
+    return est, X
+
+
+@pytest.mark.parametrize("change, constants", [
+    ({"dtype": "float32"}, {}), ({"activations": ("relu",)}, {}), ({"approx": "exact"}, {}),
+    ({"normalize_X": False}, {}), ({"optimizer": None, "calibration": None}, {}),
+    ({}, {"JITTER": 0.1, "INPUT_SCALING": "standard", "NOISE_INIT_RATIO": 1.0})])
+def test_set_params_then_pickle_predicts_as_fitted(fitted, change, constants, monkeypatch):
+    """Fitted state is self-contained (issue 18, items 3 and 4): neither a parameter changed
+    after fit nor a patched private setting changes predictions or the likelihood, before
+    or after a pickle round trip."""
+    est, X = fitted
+    est = pickle.loads(pickle.dumps(est))
+    mean, std = est.predict(X, return_std=True)
+    lml = est.log_marginal_likelihood(est.theta_)
+    est.set_params(**change)
+    for name, value in constants.items():
+        monkeypatch.setattr(_mixed_activation, name, value)
+    back = pickle.loads(pickle.dumps(est))
+    for model in (est, back):
+        m2, s2 = model.predict(X, return_std=True)
+        np.testing.assert_allclose(m2, mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(s2, std, rtol=0, atol=1e-12)
+        assert model.log_marginal_likelihood(model.theta_) == pytest.approx(lml, abs=1e-10)
+
+
+def test_predict_time_parameters_are_validated(fitted):
+    est = pickle.loads(pickle.dumps(fitted[0])).set_params(include_noise="yes")
+    with pytest.raises(ValueError, match="include_noise"):
+        est.predict(fitted[1], return_std=True)
+
+
+def test_exact_cholesky_factor_is_read_on_demand_and_not_pickled():
+    """The exact mode's n x n factor stays on the device: ``L_`` is read from it when asked
+    for, is the read-only lower factor of ``K + noise I`` (``L L^T dual_coef_ =
+    y_train_``), and a pickle carries no n x n array (the loaded model refactorises at
+    ``theta_`` and predicts the same)."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(150, 2))
+    y = np.sin(4 * X[:, 0]) + 0.1 * rng.standard_normal(150)
+    est = MixedActivationGPRegressor(approx="exact", max_iter=5, device="cpu",
+                                     random_state=0).fit(X, y)
+    n = X.shape[0]
+    assert "L_" not in vars(est)
+    L = est.L_
+    assert L.shape == (n, n) and np.allclose(L, np.tril(L))
+    with pytest.raises(ValueError, match="read-only"):  # it shares memory with the cache
+        L[0, 0] = 0.0
+    np.testing.assert_allclose(L @ (L.T @ est.dual_coef_), est.y_train_, rtol=1e-8, atol=1e-8)
+    blob = pickle.dumps(est)
+    assert len(blob) < n * n * 8
+    back = pickle.loads(blob)
+    np.testing.assert_allclose(back.L_, L, rtol=1e-10, atol=1e-12)
+    with pytest.raises(AttributeError):
+        _ = MixedActivationGPRegressor().L_
+    m0, s0 = est.predict(X, return_std=True)
+    m1, s1 = back.predict(X, return_std=True)
+    assert_same_predictions(m1, m0)  # a round trip: the documented tolerance
+    assert_same_predictions(s1, s0)
+
+
+def test_nystrom_anchor_factor_is_saved(fitted):
+    """Under Nystrom ``L_`` is the m x m anchor factor (read-only), saved with the model."""
+    est, X = fitted
+    m = est.n_anchors_
+    L = est.L_
+    assert L.shape == (m, m) and not L.flags.writeable
+    assert np.allclose(L, np.tril(L)) and np.all(np.diag(L) > 0)
+    back = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(back.L_, L)
+    assert_same_predictions(back.predict(X), est.predict(X))
+
+
+def test_calibration_auto_runs_the_student_t(fitted):
+    """``calibration="auto"`` is the Student-t calibration (``calibration_``), and
+    ``"gaussian"`` widens the same model's Gaussian predictive by a factor >= 1."""
+    est, X = fitted
+    assert est.calibration_ == "student_t"
+    y = np.sin(4 * X[:, 0])
+
+    def fit(**kw):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return MixedActivationGPRegressor(n_anchors=15, max_iter=10, device="cpu",
+                                              random_state=0, **kw).fit(X, y)
+
+    t, auto, g = fit(calibration="student_t"), fit(), fit(calibration="gaussian")
+    assert auto.calibration_ == t.calibration_ == "student_t"
+    assert auto.predictive_df_ == t.predictive_df_
+    assert auto.calibration_factor_ == t.calibration_factor_
+    assert g.calibration_ == "gaussian" and g.calibration_factor_ >= 1.0
+    assert np.isinf(g.predictive_df_) and g.predict_dist(X[:3]).dist.name == "norm"
+    np.testing.assert_allclose(g.predict_std(X[:3]), np.sqrt(g.calibration_factor_)
+                               * fit(calibration=None).predict_std(X[:3]), rtol=1e-12)
+    assert fit(calibration=None).calibration_ is None
+    with pytest.raises(ValueError, match="calibration"):
+        MixedActivationGPRegressor(calibration="loo").fit(X, y)

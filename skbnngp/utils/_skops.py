@@ -15,7 +15,7 @@ _TRUSTED = (
     "skbnngp._student_t.StudentTProcessClassifier",
     "skbnngp._student_t.StudentTProcessRegressor",
     # the parameter layout of the mixed-activation GP
-    "skbnngp._mixed_activation._Layout",
+    "skbnngp.kernels._mixture_map.MixtureLayout",
     # the scale mixture of the Student-t process
     "skbnngp._scale_mixture.DeltaPrior",
     "skbnngp._scale_mixture.InvGammaPrior",
