@@ -131,11 +131,29 @@ def warn_training(estimator, result, advice, stacklevel=4):
                       stacklevel=stacklevel)
 
 
-def held_out_split(estimator, n, rng, fraction):
+def duplicate_groups(X):
+    """Index arrays of the rows of ``X`` that repeat one input, one array per repeated
+    input (rows that occur once are in none); an empty list when every row is unique."""
+    X = np.asarray(X)
+    if X.shape[0] < 2:
+        return []
+    _, inverse, counts = np.unique(X, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    if counts.max() < 2:
+        return []
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(counts)[:-1]
+    return [g for g in np.split(order, bounds) if g.size > 1]
+
+
+def held_out_split(estimator, n, rng, fraction, X=None):
     """``(train_rows, validation_rows)``: sorted index arrays, ``ceil(fraction n)`` rows held
     out at random, or every row and None when ``fraction`` is None (no early stopping).
 
-    Raises a ValueError naming ``validation_fraction`` when nothing would be left to train on.
+    With ``X``, rows that repeat one input stay on one side (a twin on the other side would
+    make the held-out residuals, and so the calibration, far too small); without repeated
+    rows the split is the same as without ``X``. Raises a ValueError naming
+    ``validation_fraction`` when nothing would be left to train on.
     """
     if fraction is None:
         return np.arange(n), None
@@ -144,8 +162,28 @@ def held_out_split(estimator, n, rng, fraction):
         raise ValueError(f"{type(estimator).__name__}: validation_fraction={plain(fraction)} "
                          f"of {n} rows leaves no training rows; lower it or set "
                          "early_stopping=False.")
-    perm = rng.permutation(n)
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+    groups = duplicate_groups(X) if X is not None else []
+    if not groups:
+        perm = rng.permutation(n)
+        return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+    # one unit per distinct input (first occurrence order), units drawn in random order
+    _, first, inverse = np.unique(np.asarray(X), axis=0, return_index=True,
+                                  return_inverse=True)
+    rank = np.argsort(np.argsort(first))  # unit of each unique input, by first occurrence
+    unit = rank[inverse.ravel()]
+    members = [np.flatnonzero(unit == u) for u in range(first.size)]
+    taken, val = 0, []
+    for u in rng.permutation(first.size):
+        if taken >= n_val:
+            break
+        val.append(members[u])
+        taken += members[u].size
+    val = np.sort(np.concatenate(val))
+    if n - val.size < 1:
+        raise ValueError(f"{type(estimator).__name__}: validation_fraction={plain(fraction)} "
+                         f"leaves no training rows once repeated rows are kept together; "
+                         "lower it or set early_stopping=False.")
+    return np.setdiff1d(np.arange(n), val), val
 
 
 @contextmanager

@@ -17,8 +17,8 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import as_tensor, stable_cholesky, to_numpy
-from ._base import check_predict_params, plain
+from ._backend import as_tensor, leave_group_out, stable_cholesky, to_numpy
+from ._base import check_predict_params, duplicate_groups, plain
 from ._calibration import fit_variance_calibration, near_noiseless
 from ._scale_mixture import Mixing
 from .exceptions import HeavyTailWarning, NumericalWarning
@@ -109,6 +109,11 @@ class RegressorPredictiveMixin:
             self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
             return
         r, v = engine.loo(state, params)
+        # rows that repeat one input are left out together: a twin left in the training set
+        # predicts its row exactly, and the calibration would collapse the intervals
+        groups = duplicate_groups(to_numpy(engine.X))
+        if groups:
+            r, v = leave_group_out(engine, state, params, r, v, groups)
         v = np.maximum(to_numpy(v), 1e-300)
         noise = state.get("noise")
         noise = params["noise_variance"] if noise is None else noise

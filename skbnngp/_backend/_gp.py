@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ._chunks import (CPU_BLOCK_ELEMENTS, auto_batch_size, block_elements, check_dense_fits,
                       iter_slices)
 from ._linalg import cho_solve, inverse_lower, solve_lower, stable_cholesky
 
-__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal"]
+__all__ = ["ExactGP", "NystromGP", "gp_predict", "gaussian_log_marginal", "leave_group_out"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 #: Kernel entries per row block on the CPU (on CUDA, :func:`~._chunks.block_elements` scales
@@ -174,6 +175,16 @@ class ExactGP:
                 eye[sl, :] = torch.eye(sl.stop - sl.start, dtype=L.dtype, device=L.device)
                 d[sl] = solve_lower(L, eye).square().sum(0)
             return dual / d[:, None], 1.0 / d
+
+    def inverse_block(self, state, params, idx):
+        """``([K^-1]_{idx, idx}, [K^-1 Y]_idx)`` for the rows ``idx`` (a tensor of k row
+        indices), in O(n^2 k) from the factor (``params`` is unused here)."""
+        L = state["L"]
+        with torch.no_grad():
+            E = L.new_zeros((L.shape[0], idx.numel()))
+            E[idx, torch.arange(idx.numel(), device=L.device)] = 1.0
+            W = solve_lower(L, E)
+            return W.T @ W, state["dual"][idx]
 
     def state(self, raw, warn=False, context="training kernel"):
         p = self.unpack(raw)
@@ -352,6 +363,18 @@ class NystromGP(ExactGP):
                 v[sl] = 1.0 / d
             return r, v
 
+    def inverse_block(self, state, params, idx):
+        """``([(Q + s I)^-1]_{idx, idx}, [(Q + s I)^-1 Y]_idx)`` for the rows ``idx``
+        (see :meth:`loo`), O(k m^2)."""
+        L, LB, dual = state["L"], state["LB"], state["dual"]
+        s = params["noise_variance"].detach()
+        with torch.no_grad():
+            c = LB.T @ (L.T @ dual)
+            G = solve_lower(LB, solve_lower(L, self.kernel(params, self.Z, self.X[idx])))
+            B = -(G.T @ G) / s
+            B.diagonal().add_(1.0)
+            return B / s, (self.Y[idx] - G.T @ c) / s
+
     def value_and_grad(self, raw):
         """NLL and its gradient: values by row blocks, then each block's adjoint.
 
@@ -393,6 +416,34 @@ class NystromGP(ExactGP):
             (V * dV).sum().backward()
         torch.autograd.backward(self.anchor_chol(self.unpack(rl)), Ll.grad)
         return nll.detach(), rl.grad + graw
+
+
+def leave_group_out(engine, state, params, r, v, groups):
+    """Leave-one-out residuals ``r`` (n x C) and variances ``v`` (n,) of ``engine.loo`` with
+    each group of rows left out together: the rows of a group (exact duplicates of one
+    input) predict each other almost perfectly, so their leave-one-out residuals vanish.
+
+    Left out jointly, the rows ``G`` have residuals ``B^-1 [K^-1 Y]_G`` and predictive
+    covariance ``B^-1`` with ``B = [K^-1]_GG``; each row keeps its own variance, the
+    diagonal of ``B^-1``. ``groups`` is a list of index arrays (rows outside every group
+    keep their leave-one-out values). Returns new ``(r, v)``.
+    """
+    r, v = r.clone(), v.clone()
+    if not groups:
+        return r, v
+    idx = torch.as_tensor(np.concatenate(groups), device=r.device)
+    Kinv, a = engine.inverse_block(state, params, idx)
+    start = 0
+    with torch.no_grad():
+        for g in groups:
+            sl = slice(start, start + len(g))
+            start += len(g)
+            Lg = stable_cholesky(Kinv[sl, sl], context="leave-group-out block")[0]
+            Binv = torch.cholesky_inverse(Lg)
+            rows = idx[sl]
+            r[rows] = Binv @ a[sl]
+            v[rows] = Binv.diagonal()
+    return r, v
 
 
 def gp_predict(kernel, params, state, Xq, *, full_cov=False, noise=0.0, batch_size=None,

@@ -148,3 +148,50 @@ def test_factor_after_widening_covers_the_level_of_the_residuals():
     k = loo_variance_factor(z, q)
     inside = np.mean(np.abs(z) <= q * math.sqrt(k) * (1 + 1e-12))
     assert k > 1 and 0.95 <= inside <= 0.95 + 2 / z.size
+
+
+def _brute_force_groups(Kn, Y, groups):
+    """Condition on every row outside each group: its residuals and marginal variances."""
+    n = Kn.shape[0]
+    r, v = np.empty(Y.shape), np.empty(n)
+    for g in groups:
+        o = np.setdiff1d(np.arange(n), g)
+        W = np.linalg.solve(Kn[np.ix_(o, o)], Kn[np.ix_(o, g)])
+        r[g] = Y[g] - W.T @ Y[o]
+        v[g] = np.diag(Kn[np.ix_(g, g)] - Kn[np.ix_(g, o)] @ W)
+    return r, v
+
+
+@pytest.mark.parametrize("engine", ["exact", "nystrom"])
+def test_leave_group_out_equals_refitting_without_each_group(engine):
+    """Rows that repeat one input, left out together (issue 53 item 1): residuals and
+    variances equal conditioning on the other rows by explicit solves."""
+    from skbnngp._backend import leave_group_out
+    from skbnngp._base import duplicate_groups
+
+    X, Y = _data(n=30)
+    X = torch.cat([X, X[:8], X[:3]])  # rows 0-2 three times, 3-7 twice
+    Y = torch.cat([Y, Y[:8] + 0.1, Y[:3] - 0.1])
+    raw = torch.log(torch.tensor([1.3, 0.8, 0.05], dtype=torch.float64))
+    groups = duplicate_groups(X.numpy())
+    assert sorted(len(g) for g in groups) == [2] * 5 + [3] * 3
+    if engine == "exact":
+        eng = ExactGP(_rbf, _unpack, X, Y)
+        Kn = _rbf(_unpack(raw), X) + 0.05 * torch.eye(X.shape[0], dtype=torch.float64)
+    else:
+        Z = X[::3]
+        eng = NystromGP(_rbf, _unpack, X, Y, Z, jitter=1e-8)
+        p = _unpack(raw)
+        Kzz = _rbf(p, Z) + 1e-8 * _rbf(p, Z).diagonal().mean() * torch.eye(Z.shape[0],
+                                                                             dtype=torch.float64)
+        Kxz = _rbf(p, X, Z)
+        Kn = Kxz @ torch.linalg.solve(Kzz, Kxz.T) + 0.05 * torch.eye(X.shape[0],
+                                                                      dtype=torch.float64)
+    st = eng.state(raw)
+    r, v = eng.loo(st, _unpack(raw))
+    r, v = leave_group_out(eng, st, _unpack(raw), r, v, groups)
+    all_groups = groups + [np.array([i]) for i in range(X.shape[0])
+                           if not any(i in g for g in groups)]
+    r_bf, v_bf = _brute_force_groups(Kn.numpy(), Y.numpy(), all_groups)
+    np.testing.assert_allclose(r.numpy(), r_bf, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(v.numpy(), v_bf, rtol=1e-6, atol=1e-10)

@@ -1,0 +1,90 @@
+"""The shared calibration layer (``skbnngp._calibration``, the regressors' ``calibration``):
+properties that hold for every regressor that calibrates on leave-one-out residuals."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from skbnngp import MixedActivationGPRegressor, StudentTProcessRegressor
+from skbnngp._base import held_out_split
+from skbnngp.exceptions import HeavyTailWarning
+
+GP_REGRESSORS = [StudentTProcessRegressor, MixedActivationGPRegressor]
+
+
+def _coverage(model, X, y, level=0.95):
+    lo, hi = model.predict_dist(X).interval(level)
+    return float(np.mean((y >= lo) & (y <= hi)))
+
+
+def _smooth(d, n, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, d))
+    if d == 1:
+        return X, np.sin(3 * X[:, 0]) + 0.5 * X[:, 0]
+    return X, np.sin(X[:, 0]) + X[:, 1] * X[:, 2] + np.cos(X[:, 3]) - 0.5 * X[:, 4] ** 2
+
+
+@pytest.mark.parametrize("Est", GP_REGRESSORS)
+@pytest.mark.parametrize("d, n", [(1, 20), (1, 200), (5, 50), (5, 200)])
+def test_noiseless_smooth_targets_get_a_finite_std_and_cover(Est, d, n):
+    """Issue 47 item 2: a smooth deterministic function got a Cauchy predictive (df 1,
+    infinite std). Its predictive now has a variance, and its 95 % intervals cover a dense
+    test grid within 0.85-1.0."""
+    X, y = _smooth(d, n, seed=0)
+    Xg, yg = _smooth(d, 1000, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HeavyTailWarning)
+        model = Est(random_state=0).fit(X, y)
+        _, std = model.predict(Xg, return_std=True)
+    assert model.predictive_df_ > 2 and np.all(np.isfinite(std))
+    np.testing.assert_allclose(std, model.predict_dist(Xg).std(), rtol=1e-10)
+    assert 0.85 <= _coverage(model, Xg, yg) <= 1.0
+
+
+def test_a_predictive_without_variance_warns_and_points_to_intervals():
+    """Heavy-tailed noise keeps its heavy tails (df <= 2); then return_std is inf, as the
+    predictive's own std is, and says so once per call with the way out."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_t(2, size=200)
+    reg = StudentTProcessRegressor(random_state=0).fit(X, y)
+    assert reg.predictive_df_ <= 2
+    with pytest.warns(HeavyTailWarning, match=r"predict_dist\(X\)\.interval"):
+        _, std = reg.predict(X[:3], return_std=True)
+    assert np.all(np.isinf(std)) and np.all(np.isinf(reg.predict_dist(X[:3]).std()))
+    lo, hi = reg.predict_dist(X[:3]).interval(0.9)
+    assert np.all(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
+
+
+@pytest.mark.parametrize("Est", GP_REGRESSORS)
+def test_duplicated_rows_keep_the_coverage(Est):
+    """Issue 53 item 1: trained on every row twice (or 70 % of them), the leave-one-out
+    residuals vanished (a twin predicts its row) and the intervals collapsed (coverage 0.00).
+    Rows of one input are now left out together: coverage within 0.05 of the
+    de-duplicated fit, and return_std agrees with predict_dist."""
+    rng = np.random.default_rng(0)
+    f = lambda X: np.sin(X[:, 0]) + X[:, 1]  # noqa: E731
+    X = rng.normal(size=(150, 3))
+    y = f(X) + 0.3 * rng.standard_normal(150)
+    Xt = rng.normal(size=(2000, 3))
+    yt = f(Xt) + 0.3 * rng.standard_normal(2000)
+    base = _coverage(Est(random_state=0).fit(X, y), Xt, yt)
+    for k in (150, 105):
+        model = Est(random_state=0).fit(np.r_[X, X[:k]], np.r_[y, y[:k]])
+        assert abs(_coverage(model, Xt, yt) - base) <= 0.05
+        _, std = model.predict(Xt[:50], return_std=True)
+        np.testing.assert_allclose(std, model.predict_dist(Xt[:50]).std(), rtol=1e-10)
+
+
+def test_held_out_split_keeps_repeated_rows_on_one_side():
+    X = np.random.default_rng(0).normal(size=(60, 2))
+    plain = held_out_split(None, 60, np.random.RandomState(3), 0.2)
+    same = held_out_split(None, 60, np.random.RandomState(3), 0.2, X=X)
+    for a, b in zip(plain, same):  # no repeated rows: the split of old
+        np.testing.assert_array_equal(a, b)
+    XX = np.r_[X, X, X[:10]]
+    tr, va = held_out_split(None, 130, np.random.RandomState(3), 0.2, X=XX)
+    assert np.array_equal(np.sort(np.r_[tr, va]), np.arange(130))
+    assert len(va) >= 26 and not set(map(tuple, XX[tr])) & set(map(tuple, XX[va]))
