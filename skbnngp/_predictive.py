@@ -17,7 +17,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import as_tensor, leave_group_out, stable_cholesky, to_numpy
+from ._backend import as_tensor, iter_slices, leave_group_out, stable_cholesky, to_numpy
 from ._base import check_predict_params, duplicate_groups, plain
 from ._calibration import fit_variance_calibration, near_noiseless
 from ._scale_mixture import Mixing
@@ -41,6 +41,11 @@ def clip_variances(estimator, V, full_cov):
         return V
     return np.maximum(V, 0.0)
 
+
+
+#: Rows per block of a prediction: each block's features, kernels and Jacobians are freed
+#: before the next, so predicting 10^6 rows costs a block's memory, not the rows'.
+PREDICT_BLOCK_ROWS = 8192
 
 
 class RegressorPredictiveMixin:
@@ -153,8 +158,14 @@ class RegressorPredictiveMixin:
         if self._predict_params:
             check_predict_params(self, *self._predict_params)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        Xq = as_tensor((X - self._X_offset) / self._X_scale, self.device_, self._dtype)
-        mean, V = self._latent_moments(Xq, full_cov)
+        Xs = (X - self._X_offset) / self._X_scale
+        if full_cov or Xs.shape[0] <= PREDICT_BLOCK_ROWS:
+            mean, V = self._latent_moments(as_tensor(Xs, self.device_, self._dtype), full_cov)
+        else:  # row blocks: the extra memory of a prediction does not grow with the rows
+            parts = [self._latent_moments(as_tensor(Xs[sl], self.device_, self._dtype), False)
+                     for sl in iter_slices(Xs.shape[0], PREDICT_BLOCK_ROWS)]
+            mean = np.concatenate([m for m, _ in parts])
+            V = np.concatenate([v for _, v in parts])
         return mean, clip_variances(self, np.asarray(V) * self.calibration_factor_, full_cov)
 
     def _latent_moments(self, Xq, full_cov):  # pragma: no cover - every regressor overrides
