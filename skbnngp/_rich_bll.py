@@ -391,10 +391,10 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         val_mse = None
         self.n_iter_, self.loss_curve_, self.validation_scores_ = 0, [], []
         self.best_iteration_, self.converged_ = 0, True
-        val_rows = None
+        val_rows, refit = None, REFIT
         if self.train_network:
             val_mse, lr_drops, val_rows = self._train(net, Xt, Yt, rng)
-            if REFIT and self.early_stopping:
+            if refit and self.early_stopping:
                 net = self._refit_network(X.shape[1], seed, device, dtype, Xt, Yt, rng,
                                           lr_drops)
         net.eval()
@@ -403,7 +403,7 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         cal = self.calibration
         if cal == "auto":  # the Student-t calibration wherever the fit holds rows out
-            cal = "student_t" if val_rows is not None and not REFIT else None
+            cal = "student_t" if val_rows is not None and not refit else None
         self.calibration_ = cal if val_rows is not None else None
         if self.calibration_ is not None:
             self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_)
