@@ -72,7 +72,7 @@ def gap_part():
         warnings.simplefilter("ignore")
         # the paper's Gaussian predictive throughout: this benchmark compares posteriors
         base = RichBLLRegressor(device="cpu", random_state=0, max_iter=1000,
-                                variance_calibration=None).fit(X, y)
+                                calibration=None).fit(X, y)
     grid = np.linspace(-3, 3, 301)[:, None]
     gap = np.abs(grid[:, 0]) < 1
     out, bands = {}, {}
@@ -138,17 +138,17 @@ def regression_part(sklearn_from_dbk):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         base = RichBLLRegressor(device="cpu", random_state=0,
-                                variance_calibration=None).fit(X, y)
+                                calibration=None).fit(X, y)
     train_s = time.perf_counter() - t0
     net, noise = base.network_, base.noise_variance_
     rows = {}
-    common = dict(scale_inputs=True)
+    common = dict(normalize_X=True)
     for name, kw in {"BLL": dict(uncertainty="bll"), "Rich-BLL": {},
                      "Rich-BLL (40 %)": dict(subsample=0.4)}.items():
         _, rows[name] = posthoc(net, X, y, Xt, yt, noise, **common, **kw)
     try:
         rows["laplace-torch last-layer (full)"] = laplace_torch(
-            net, X, y, Xt, yt, noise, base._x_offset, base._x_scale, base._y_train_mean[0])
+            net, X, y, Xt, yt, noise, base._X_offset, base._X_scale, base._y_train_mean[0])
     except ImportError as exc:
         rows["laplace-torch last-layer (full)"] = {"error": f"not installed ({exc})"}
     if sklearn_from_dbk:
@@ -170,7 +170,7 @@ def regression_part(sklearn_from_dbk):
 # ---------------------------------------------------------------- evidence (issue 19 item 3)
 # ``python benchmarks/bench_rich_bll.py --parts evidence``: for each set and split, one
 # network with the old defaults (prior 1, ridge 1e-4, validation noise; "N") and one with
-# refit=True ("R"); on each, post-hoc Rich-BLL and BLL with the evidence's prior variance
+# the refit (``_rich_bll.REFIT = True``; "R"); on each, post-hoc Rich-BLL and BLL with the evidence's prior variance
 # and ridge and the validation ("val") or the evidence's ("evid") noise, and laplace-torch's
 # last-layer Laplace (marginal-likelihood prior, the validation noise). Splits: the first
 # folds of KFold(5, shuffle=True, random_state=0), or the extrapolation split (sort by the
@@ -191,7 +191,7 @@ def _laplace_ll(reg, X, y, Xt, yt, noise):
     import torch
     from laplace import Laplace
     net = reg.network_
-    xs = lambda A: torch.as_tensor((A - reg._x_offset) / reg._x_scale)
+    xs = lambda A: torch.as_tensor((A - reg._X_offset) / reg._X_scale)
     ys = torch.as_tensor((y - reg._y_train_mean) / reg._y_train_std)[:, None]
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs(X), ys), batch_size=256)
     la = Laplace(net, "regression", subset_of_weights="last_layer", hessian_structure="full",
@@ -203,17 +203,20 @@ def _laplace_ll(reg, X, y, Xt, yt, noise):
     return f_mu.numpy()[:, 0]*sd + reg._y_train_mean[0], np.sqrt(f_var.numpy().reshape(-1) + noise)*sd
 
 def evidence_run(X, y, tr, te, max_iter, refits=(False, True)):
-    from skbnngp import RichBLLRegressor
+    from unittest import mock
+
+    from skbnngp import RichBLLRegressor, _rich_bll
 
     out = {}
     for refit in refits:
         t0 = time.perf_counter()
-        with warnings.catch_warnings(record=True) as w:
+        with warnings.catch_warnings(record=True) as w, \
+                mock.patch.object(_rich_bll, "REFIT", refit):
             warnings.simplefilter("always")
-            reg = RichBLLRegressor(device="cpu", random_state=0, max_iter=max_iter, refit=refit,
+            reg = RichBLLRegressor(device="cpu", random_state=0, max_iter=max_iter,
                                    noise_variance="validation", prior_variance=1.0,
                                    projection_ridge=1e-4,
-                                   variance_calibration=None).fit(X[tr], y[tr])
+                                   calibration=None).fit(X[tr], y[tr])
         fit_s = time.perf_counter() - t0
         warn = sum("ConvergenceWarning" in str(x.category) for x in w)
         val = reg.noise_variance_

@@ -32,10 +32,10 @@ Models (``--models``):
   with ``variance_calibration=None`` (the default of 2026-11-25), ``dbk_paper``
   ``DBKRegressor(training_objective="bound")`` (the paper's bound, the default before
   2026-11-25), ``dbk_ev0`` ``DBKRegressor(trace_weight=0)`` (the exact evidence alone),
-  ``richbll`` ``RichBLLRegressor`` (default ``variance_calibration="auto"``: the Student-t
+  ``richbll`` ``RichBLLRegressor`` (default ``calibration="auto"``: the Student-t
   calibration on the held-out rows, since 2026-11-26), ``richbll_nocal`` the same with
-  ``variance_calibration=None`` (the paper's Gaussian predictive, the default before),
-  ``richbll_cal`` with ``variance_calibration="validation"`` (split-conformal widening of
+  ``calibration=None`` (the paper's Gaussian predictive, the default before),
+  ``richbll_cal`` with ``calibration="gaussian"`` (split-conformal widening of
   the Gaussian; cv, extrap and concrete20 only), ``bll``
   ``RichBLLRegressor(uncertainty="bll")`` (the plain Bayesian last layer on the same
   network, with the same default calibration) and ``bll_nocal`` (its Gaussian predictive);
@@ -139,10 +139,10 @@ LABELS = {"stp": "StudentTProcessRegressor",
           "dbk_paper": "DBKRegressor(training_objective='bound')",
           "dbk_ev0": "DBKRegressor(trace_weight=0)",
           "richbll": "RichBLLRegressor",
-          "richbll_cal": "RichBLLRegressor(variance_calibration='validation')",
-          "richbll_nocal": "RichBLLRegressor(variance_calibration=None)",
+          "richbll_cal": "RichBLLRegressor(calibration='gaussian')",
+          "richbll_nocal": "RichBLLRegressor(calibration=None)",
           "bll": "RichBLLRegressor(uncertainty='bll')",
-          "bll_nocal": "RichBLLRegressor(uncertainty='bll', variance_calibration=None)",
+          "bll_nocal": "RichBLLRegressor(uncertainty='bll', calibration=None)",
           "gpr": "sklearn GP (ARD RBF + White)",
           "svgp": "GPyTorch SVGP (500 inducing)", "laplace": "laplace-torch last-layer",
           "ensemble": "deep ensemble (5 MLPs)"}
@@ -377,13 +377,11 @@ def make_model(name, n_features, quick=False, seed=0):
         "dbk_paper": lambda: skbnngp.DBKRegressor(training_objective="bound", **common),
         "dbk_ev0": lambda: skbnngp.DBKRegressor(trace_weight=0, **common),
         "richbll": lambda: skbnngp.RichBLLRegressor(**common),
-        "richbll_cal": lambda: skbnngp.RichBLLRegressor(variance_calibration="validation",
-                                                        **common),
-        "richbll_nocal": lambda: skbnngp.RichBLLRegressor(variance_calibration=None,
-                                                          **common),
+        "richbll_cal": lambda: skbnngp.RichBLLRegressor(calibration="gaussian", **common),
+        "richbll_nocal": lambda: skbnngp.RichBLLRegressor(calibration=None, **common),
         "bll": lambda: skbnngp.RichBLLRegressor(uncertainty="bll", **common),
-        "bll_nocal": lambda: skbnngp.RichBLLRegressor(uncertainty="bll",
-                                                      variance_calibration=None, **common),
+        "bll_nocal": lambda: skbnngp.RichBLLRegressor(uncertainty="bll", calibration=None,
+                                                      **common),
         "gpr": lambda: _sklearn_gpr(n_features),
         "svgp": lambda: (SVGPRegressor(n_inducing=100, n_steps=300) if quick
                          else SVGPRegressor()),

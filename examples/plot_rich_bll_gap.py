@@ -54,7 +54,7 @@ bands = {}
 for name, kw in methods.items():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # 120 rows is below 5 r for the subsample
-        head = RichBLLRegressor(network=net, train_network=False, scale_inputs=False,
+        head = RichBLLRegressor(network=net, train_network=False, normalize_X=False,
                                 noise_variance=noise, random_state=0, **kw).fit(X, y)
     mean, std = head.predict(grid, return_std=True)
     bands[name] = (mean, std)

@@ -4,17 +4,17 @@ Rich-BLL's calibration on heteroscedastic data: Gaussian, widened, Student-t
 
 The noise of this 1-D problem grows from sd 0.05 on the left to 0.8 on the right, while
 :class:`~skbnngp.RichBLLRegressor` (like every regressor of the package) has one noise
-variance. The paper's Gaussian predictive (``variance_calibration=None``) is then too wide
+variance. The paper's Gaussian predictive (``calibration=None``) is then too wide
 on the left and too narrow on the right, and over the whole range its 95 % intervals cover
 less than 95 %.
 
 Both calibrations score the rows held out of training (the early-stopping split, 20 %);
 the mean never changes:
 
-* ``"validation"`` widens the Gaussian by the smallest factor ``calibration_factor_ >= 1``
+* ``"gaussian"`` widens the Gaussian by the smallest factor ``calibration_factor_ >= 1``
   under which the 95 % interval holds the ``ceil(0.95 (n_v + 1))``-th smallest
   standardised residual of those rows;
-* ``"auto"`` (the default since 2026-11-26, ``"student_t"`` here) first fits the degrees
+* ``"auto"`` (the default, ``"student_t"`` here) first fits the degrees
   of freedom ``predictive_df_`` of a Student-t to those residuals, then widens it the same
   way: a predictive with heavier tails, as a mixture of noise levels has. Where a
   likelihood-ratio test rejects the Gaussian's scale for those residuals, the t's scale is
@@ -47,15 +47,15 @@ X = rng.uniform(-3, 3, size=(300, 1))
 noise_sd = 0.05 + 0.75 * (X[:, 0] + 3) / 6
 y = np.sin(2 * X[:, 0]) + noise_sd * rng.standard_normal(300)
 
-settings = {"variance_calibration=None (paper)": None,
-            "variance_calibration='validation'": "validation",
-            "variance_calibration='auto' (default)": "auto"}
+settings = {"calibration=None (paper)": None,
+            "calibration='gaussian'": "gaussian",
+            "calibration='auto' (default)": "auto"}
 inside = {name: np.zeros(len(y), dtype=bool) for name in settings}
 for name, calibration in settings.items():
     nlpd, cov95, factors, dfs = [], [], [], []
     for train, test in KFold(5, shuffle=True, random_state=0).split(X):
         scaler = StandardScaler().fit(X[train])
-        reg = RichBLLRegressor(variance_calibration=calibration, device="cpu", random_state=0)
+        reg = RichBLLRegressor(calibration=calibration, device="cpu", random_state=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             reg.fit(scaler.transform(X[train]), y[train])

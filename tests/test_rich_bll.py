@@ -1,4 +1,5 @@
-"""RichBLLRegressor (spec 003). Each test names the spec item it checks."""
+"""RichBLLRegressor (spec 003): the formulas, the Jacobians, the estimator and its fitted
+state. Each test names the spec item it checks."""
 
 import pickle
 
@@ -9,10 +10,11 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 from skbnngp import RichBLLRegressor
+from skbnngp import _rich_bll
 from skbnngp._backend import build_mlp
 from skbnngp._backend._jacobian import (GaussianSketch, body_jacobians, head_features,
                                         split_parameters)
-from skbnngp._rich_bll import posterior_factor, projection_gram
+from skbnngp._backend._projection import posterior_factor, projection_gram
 from skbnngp.datasets import make_gap_1d
 
 from ._promise import assert_same_predictions
@@ -124,6 +126,24 @@ def test_random_projection_is_unbiased():
     assert float(torch.linalg.eigvalsh(single @ single.T).min()) >= -1e-10
 
 
+def test_random_projection_route_approaches_the_exact_one(monkeypatch):
+    """§8.9 through the estimator: the sketched A^T A (``JACOBIAN="random_projection"``)
+    gives nearly the exact route's variance for a wide sketch, and still dominates the BLL."""
+    X, y = _data(n=80)
+    common = {"network": build_mlp(2, (16,), 1, activation="tanh", seed=0),
+              "train_network": False, "noise_variance": 0.1, "include_noise": False,
+              "device": "cpu", "random_state": 0}
+    Xq = 2 * X[:20]
+    exact = RichBLLRegressor(**common).fit(X, y).predict_std(Xq)
+    bll = RichBLLRegressor(**common, uncertainty="bll").fit(X, y).predict_std(Xq)
+    monkeypatch.setattr(_rich_bll, "JACOBIAN", "random_projection")
+    monkeypatch.setattr(_rich_bll, "PROJECTION_DIM", 20000)
+    sketched = RichBLLRegressor(**common).fit(X, y).predict_std(Xq)
+    assert not np.array_equal(sketched, exact)
+    np.testing.assert_allclose(sketched, exact, rtol=0.02)
+    assert np.all(sketched >= bll - 1e-12)
+
+
 # ============================================================================ Jacobians
 def test_head_features_and_jacobians_match_autograd():
     """§8.8: phi_r = (last hidden activation, 1); the streamed per-sample Jacobians equal a
@@ -157,7 +177,7 @@ def test_exact_span_network_gives_the_ntk_gp():
     so Rich-BLL (no ridge) equals the exact NTK-GP; §8.6: NTK-GP >= BLL."""
     X, y = _data(n=50, d=3)
     common = {"network": _identity_net(3), "train_network": False, "noise_variance": 0.05,
-              "projection_ridge": 0.0, "device": "cpu", "scale_inputs": False,
+              "projection_ridge": 0.0, "device": "cpu", "normalize_X": False,
               "include_noise": False}
     Xq = X[:10] * 2.5
     rich = RichBLLRegressor(**common).fit(X, y).predict(Xq, return_std=True)[1]
@@ -211,7 +231,7 @@ def test_estimator_dominance_and_full_subsample_is_exact():
     X, y = _data(n=120)
     # the theorem is about the posterior: no calibration (each model would get its own
     # factor and degrees of freedom from the validation rows)
-    base = RichBLLRegressor(**SMALL, variance_calibration=None, random_state=0).fit(X, y)
+    base = RichBLLRegressor(**SMALL, calibration=None, random_state=0).fit(X, y)
     Xq = np.r_[X[:20], 3 * X[:20]]
     v = base.predict(Xq, return_std=True)[1]
     for sub in (1.0, 120):
@@ -265,7 +285,7 @@ def test_posthoc_head_on_a_network_trained_elsewhere():
         (net(Xt) - yt).square().mean().backward()
         opt.step()
     before = [p.detach().clone() for p in net.parameters()]
-    reg = RichBLLRegressor(network=net, train_network=False, scale_inputs=False,
+    reg = RichBLLRegressor(network=net, train_network=False, normalize_X=False,
                            normalize_y=False, device="cpu").fit(X, y)
     for p, q in zip(net.parameters(), before):
         assert torch.equal(p, q)
@@ -303,7 +323,12 @@ def test_api_shapes_pickle_and_determinism():
     _mean, std = a.predict(X[:6], return_std=True)
     _, cov = a.predict(X[:6], return_cov=True)
     np.testing.assert_allclose(np.sqrt(np.diag(cov)), std, rtol=1e-10)
-    assert a.sample_y(X[:6], 4, random_state=0).shape == (6, 4)
+    # joint draws follow the predictive: each point's 90 % interval holds about 90 % of them
+    draws = a.sample_y(X[:6], 2000, random_state=0)
+    assert draws.shape == (6, 2000)
+    lo, hi = a.predict_dist(X[:6]).interval(0.9)
+    inside = ((draws >= lo[:, None]) & (draws <= hi[:, None])).mean(1)
+    np.testing.assert_allclose(inside, 0.9, atol=0.03)
     back = pickle.loads(pickle.dumps(a))
     assert_same_predictions(back.predict(X, return_std=True)[1],
                             a.predict(X, return_std=True)[1])
@@ -341,3 +366,24 @@ def test_cuda_matches_cpu():
     gpu = RichBLLRegressor(**dict(SMALL, device="cuda"), random_state=0).fit(X, y)
     np.testing.assert_allclose(gpu.predict(X, return_std=True)[1],
                                cpu.predict(X, return_std=True)[1], rtol=1e-6)
+
+
+# ============================================================================ fitted state
+# set_params after fit and the predict-time checks: tests/test_fitted_state.py, for every
+# parameter
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = _data(n=60)
+    est = RichBLLRegressor(hidden_layer_sizes=(6,), max_iter=20, device="cpu",
+                           random_state=0).fit(X, y)
+    return est, X
+
+
+def test_module_settings_are_read_at_fit_only(fitted, monkeypatch):
+    """The private settings steer fit; a fitted model predicts as it was fitted."""
+    est, X = fitted
+    std = est.predict_std(X)
+    for name, value in [("JACOBIAN", "random_projection"), ("REFIT", True),
+                        ("PLATEAU_DROPS", 0), ("GRAD_CLIP", None)]:
+        monkeypatch.setattr(_rich_bll, name, value)
+    np.testing.assert_array_equal(est.predict_std(X), std)

@@ -1,5 +1,7 @@
-"""Rich-BLL's hyperparameters by the closed-form evidence, the noise without the selection
-bias, the refit on all rows and a default fit without ConvergenceWarning (issue 19 item 3)."""
+"""Rich-BLL's hyperparameters and training: the prior variance and the noise by the
+closed-form evidence, the noise without the selection bias, the training schedule, the refit
+on all rows (the private ``REFIT`` setting) and a default fit without ConvergenceWarning
+(issue 19 item 3)."""
 
 import warnings
 
@@ -8,7 +10,7 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from skbnngp import RichBLLRegressor
+from skbnngp import RichBLLRegressor, _rich_bll
 from skbnngp._backend._jacobian import head_features, split_parameters
 from skbnngp.datasets import make_step_1d
 
@@ -19,23 +21,16 @@ def step():
     return X, y
 
 
-def test_auto_prior_variance_and_ridge_maximise_the_evidence(step):
+def test_auto_prior_variance_maximises_the_evidence(step):
     X, y = step
     reg = RichBLLRegressor(hidden_layer_sizes=(8,), max_iter=100, random_state=0,
-                           prior_variance="auto", projection_ridge="auto",
-                           device="cpu").fit(X, y)
-    assert reg.projection_ridge_ in (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+                           prior_variance="auto", device="cpu").fit(X, y)
+    assert reg.projection_ridge_ == 1e-4
     for factor in (0.5, 2.0):
         other = RichBLLRegressor(network=reg.network_, train_network=False,
                                  prior_variance=reg.prior_variance_ * factor,
-                                 projection_ridge=reg.projection_ridge_,
                                  noise_variance=reg.noise_variance_, device="cpu").fit(X, y)
         assert other.log_evidence_ < reg.log_evidence_
-    for ridge in (1e-4, 10.0):
-        other = RichBLLRegressor(network=reg.network_, train_network=False,
-                                 projection_ridge=ridge, noise_variance=reg.noise_variance_,
-                                 prior_variance="auto", device="cpu").fit(X, y)
-        assert other.log_evidence_ <= reg.log_evidence_ + 1e-9
 
 
 def test_noise_options(step):
@@ -52,16 +47,17 @@ def test_noise_options(step):
         RichBLLRegressor(noise_variance="validation", early_stopping=False, **kw).fit(X, y)
 
 
-def test_refit_trains_on_all_rows_for_best_iteration(step):
+def test_refit_trains_on_all_rows_for_best_iteration(step, monkeypatch):
     X, y = step
-    kw = {"hidden_layer_sizes": (8,), "max_iter": 60, "validation_interval": 5,
-          "random_state": 0, "device": "cpu"}
+    monkeypatch.setattr(_rich_bll, "VALIDATION_INTERVAL", 5)
+    kw = {"hidden_layer_sizes": (8,), "max_iter": 60, "random_state": 0, "device": "cpu"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = RichBLLRegressor(**kw).fit(X, y)
-        refit = RichBLLRegressor(refit=True, **kw).fit(X, y)
-        no_split = RichBLLRegressor(refit=True, early_stopping=False, **kw).fit(X, y)
         same = RichBLLRegressor(early_stopping=False, **kw).fit(X, y)
+        monkeypatch.setattr(_rich_bll, "REFIT", True)
+        refit = RichBLLRegressor(**kw).fit(X, y)
+        no_split = RichBLLRegressor(early_stopping=False, **kw).fit(X, y)
     assert refit.best_iteration_ == plain.best_iteration_
     assert refit.noise_variance_ == plain.noise_variance_  # the first stage's validation MSE
     assert not np.allclose(refit.predict(X), plain.predict(X))
@@ -84,19 +80,23 @@ def test_default_fit_on_the_step_set_converges():
     assert max(n_iter) > 500  # the old budget would have cut this fit short
 
 
-def test_plateau_schedule_goes_on_from_where_the_constant_rate_stops(step):
-    """``learning_rate_schedule="plateau"`` runs the constant schedule's epochs unchanged
-    up to its first plateau, then goes on from the best network at a lower rate: the same
-    validation scores up to there, more epochs, and a best validation RMSE that is no
-    worse (the kept network is the best over a superset of states)."""
+def test_plateau_schedule_goes_on_from_where_the_constant_rate_stops(step, monkeypatch):
+    """The plateau schedule (``PLATEAU_DROPS=2``) runs the constant schedule's epochs
+    (``PLATEAU_DROPS=0``) unchanged up to its first plateau, then goes on from the best
+    network at a lower rate: the same validation scores up to there, more epochs, and a best
+    validation RMSE that is no worse (the kept network is the best over a superset of
+    states)."""
     X, y = step
     kw = {"hidden_layer_sizes": (16,), "max_iter": 3000, "n_iter_no_change": 30,
           "random_state": 0, "device": "cpu"}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        const = RichBLLRegressor(learning_rate_schedule="constant", **kw).fit(X, y)
         plateau = RichBLLRegressor(**kw).fit(X, y)
-        refit = RichBLLRegressor(refit=True, **kw).fit(X, y)
+        monkeypatch.setattr(_rich_bll, "REFIT", True)
+        refit = RichBLLRegressor(**kw).fit(X, y)
+        monkeypatch.setattr(_rich_bll, "REFIT", False)
+        monkeypatch.setattr(_rich_bll, "PLATEAU_DROPS", 0)
+        const = RichBLLRegressor(**kw).fit(X, y)
     k = len(const.validation_scores_)
     # the same trajectory up to the first plateau; a tolerance, not bitwise equality,
     # because threaded BLAS may round two fits differently (a different trajectory
@@ -106,8 +106,6 @@ def test_plateau_schedule_goes_on_from_where_the_constant_rate_stops(step):
     assert plateau.n_iter_ > const.n_iter_
     assert min(plateau.validation_scores_) <= min(const.validation_scores_)
     assert refit.best_iteration_ == plateau.best_iteration_
-    with pytest.raises(ValueError, match="learning_rate_schedule"):
-        RichBLLRegressor(learning_rate_schedule="cosine").fit(X, y)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -118,7 +116,7 @@ def test_bll_log_evidence_is_the_dense_gaussian_density_at_its_maximum(step):
     X, y = step
     reg = RichBLLRegressor(hidden_layer_sizes=(8,), max_iter=100, random_state=0,
                            uncertainty="bll", prior_variance="auto", noise_variance="evidence",
-                           normalize_y=False, scale_inputs=False, device="cpu").fit(X, y)
+                           normalize_y=False, normalize_X=False, device="cpu").fit(X, y)
     head, _, _ = split_parameters(reg.network_)
     _, Phi = head_features(reg.network_, head, torch.as_tensor(X), 1000)
     Phi = Phi.double().numpy()
