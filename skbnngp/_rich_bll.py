@@ -37,7 +37,7 @@ from ._base import (
     user_network,
     warn_training,
 )
-from ._calibration import REGRESSOR_CALIBRATION
+from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin
 from .utils._sklearn_compat import Interval, StrOptions, _fit_context, validate_data
 
@@ -406,16 +406,20 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
             cal = "student_t" if val_rows is not None and not refit else None
         self.calibration_ = cal if val_rows is not None else None
         if self.calibration_ is not None:
-            self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_)
+            self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_, Y)
         return self
 
-    def _calibrate_on(self, Xv, Yv, method):
+    def _calibrate_on(self, Xv, Yv, method, Y):
         """``calibration_factor_`` (and, for ``"student_t"``, ``predictive_df_``) from the
-        standardised residuals of held-out rows (:meth:`_fit_calibration`)."""
+        standardised residuals of held-out rows (:meth:`_fit_calibration`; ``Y``, the
+        normalised training targets, tells a near-noiseless target)."""
         cache = self._cache
         f, Phi = self._features(Xv, cache)
         var = last_layer_variance(Phi, cache["T"], self.noise_variance_)
-        self._fit_calibration(method, standardised_residuals(Yv, f, var))
+        z = standardised_residuals(Yv, f, var)
+        share = float(np.median(np.minimum(self.noise_variance_ / to_numpy(var), 1.0)))
+        self._fit_calibration(method, z, near_noiseless=near_noiseless(
+            z * np.sqrt(to_numpy(var)), Y, share))
 
     def _trainer(self, net, loss, **options):
         return NetworkTrainer(loss, list(net.parameters()), modules=[net],
@@ -440,7 +444,8 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         epochs after which the plateau schedule lowered the learning rate, and the
         validation rows (an index array, or None)."""
         tr, va = held_out_split(self, Xt.shape[0], rng,
-                                self.validation_fraction if self.early_stopping else None)
+                                self.validation_fraction if self.early_stopping else None,
+                                X=to_numpy(Xt))
         validate = None if va is None else rmse_score(net, Xt[va], Yt[va])
         trainer = self._trainer(net, mse_objective(net, Xt[tr], Yt[tr]), device=Xt.device)
         res = trainer.fit(len(tr), batch_size=self.batch_size, max_epochs=self.max_iter,

@@ -6,11 +6,12 @@ import warnings
 import numpy as np
 import pytest
 
-from skbnngp import MixedActivationGPRegressor, StudentTProcessRegressor
+from skbnngp import MixedActivationGPRegressor, RichBLLRegressor, StudentTProcessRegressor
 from skbnngp._base import held_out_split
 from skbnngp.exceptions import HeavyTailWarning
 
 GP_REGRESSORS = [StudentTProcessRegressor, MixedActivationGPRegressor]
+HELD_OUT = [RichBLLRegressor]
 
 
 def _coverage(model, X, y, level=0.95):
@@ -26,7 +27,7 @@ def _smooth(d, n, seed):
     return X, np.sin(X[:, 0]) + X[:, 1] * X[:, 2] + np.cos(X[:, 3]) - 0.5 * X[:, 4] ** 2
 
 
-@pytest.mark.parametrize("Est", GP_REGRESSORS)
+@pytest.mark.parametrize("Est", GP_REGRESSORS + HELD_OUT)
 @pytest.mark.parametrize("d, n", [(1, 20), (1, 200), (5, 50), (5, 200)])
 def test_noiseless_smooth_targets_get_a_finite_std_and_cover(Est, d, n):
     """Issue 47 item 2: a smooth deterministic function got a Cauchy predictive (df 1,
@@ -58,7 +59,7 @@ def test_a_predictive_without_variance_warns_and_points_to_intervals():
     assert np.all(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
 
 
-@pytest.mark.parametrize("Est", GP_REGRESSORS)
+@pytest.mark.parametrize("Est", GP_REGRESSORS + HELD_OUT)
 def test_duplicated_rows_keep_the_coverage(Est):
     """Issue 53 item 1: trained on every row twice (or 70 % of them), the leave-one-out
     residuals vanished (a twin predicts its row) and the intervals collapsed (coverage 0.00).
