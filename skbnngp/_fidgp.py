@@ -129,7 +129,8 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         Weight draws averaged by :meth:`predict_proba`; enough for the NLL, cheap to predict.
     ood_layers : list of int or None, default=None
         Key layers of :meth:`ood_score` (indices over the linear layers, FiD-GP layers only).
-        None: every hidden FiD-GP layer, or the output layer when no hidden layer is one.
+        None: every hidden FiD-GP layer (they carry the inputs' structure the score reads),
+        or the output layer when no hidden layer is one.
     calibration : {"auto", "temperature"} or None, default="auto"
         ``"temperature"``: a stratified ``validation_fraction`` of the rows is held out, and
         one ``T`` (``temperature_``, with a ``N(0, 0.5^2)`` prior on ``log T``) is fitted by
