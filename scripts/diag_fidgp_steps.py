@@ -8,6 +8,7 @@ temperature each fold fitted (``temperature_``, 1 without calibration).
     python scripts/diag_fidgp_steps.py --sets iris wine --variants default bs32 ep800 kl0
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -28,7 +29,7 @@ VARIANTS = {
     "kl0": {"kl_weight": 0.0},
     "kl03": {"kl_weight": 0.03},
     "lr1e2": {"learning_rate_init": 1e-2},
-    "ms75": {"lr_milestones_frac": (0.75,)},
+    "ms75": {"LR_MILESTONES_FRAC": (0.75,)},  # upper case: a private setting of _fidgp
     # the KL of some layers only (a patch of FiDNetwork.kl for this diagnostic)
     "kl_hidden": {},
     "kl_output": {},
@@ -70,12 +71,17 @@ def one(task):
     kw = VARIANTS[var] if var in VARIANTS else json.loads(var)
     _patch_kl(var)
     private = {k: kw.pop(k) for k in list(kw) if k.startswith("_")}  # instance attributes
+    settings = {k: kw.pop(k) for k in list(kw) if k.isupper()}  # patched in skbnngp._fidgp
     est = FiDGPClassifier(device="cpu", random_state=0, **kw)
     for k, v in private.items():
         setattr(est, k, v)
     m = Pipeline([("s", StandardScaler()), ("m", est)])
     t0 = time.perf_counter()
-    m.fit(X[tr], y[tr])
+    from unittest.mock import patch
+
+    import skbnngp._fidgp as module
+    with patch.multiple(module, **settings) if settings else contextlib.nullcontext():
+        m.fit(X[tr], y[tr])
     fit_s = time.perf_counter() - t0
     cls = list(m.classes_)
     ptr = m.predict_proba(X[tr])

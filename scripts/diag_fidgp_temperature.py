@@ -40,6 +40,7 @@ def one(task, prior_sds=()):
 
     import skbnngp._fidgp as F
     from skbnngp import FiDGPClassifier
+    from skbnngp._backend._calibration import LOG_T_PRIOR_SD, tempered_nll
 
     torch.set_num_threads(1)
     ds, fold, seed = task
@@ -65,8 +66,8 @@ def one(task, prior_sds=()):
     if "logits" in seen:
         v_logits, v_y = seen["logits"], seen["y"]
         # the held-out rows' log likelihood at each T, by the fit's own tempered NLL
-        loglik = np.array([-v_y.size * F.tempered_nll(v_logits, v_y, np.exp(v)) for v in GRID])
-        logpost = loglik - 0.5 * GRID ** 2 / F.LOG_T_PRIOR_SD ** 2
+        loglik = np.array([-v_y.size * tempered_nll(v_logits, v_y, np.exp(v)) for v in GRID])
+        logpost = loglik - 0.5 * GRID ** 2 / LOG_T_PRIOR_SD ** 2
         w = np.exp(logpost - logpost.max())
         w /= w.sum()
         P = sum(wj * tempered_proba(test, np.exp(v)) for wj, v in zip(w, GRID) if wj > 1e-8)

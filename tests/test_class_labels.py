@@ -9,7 +9,7 @@ from skbnngp._base import check_class_labels
 
 CLASSIFIERS = [
     (StudentTProcessClassifier, dict(max_iter=2)),
-    (FiDGPClassifier, dict(hidden_layer_sizes=(8,), max_iter=2, ood_projector_steps=2)),
+    (FiDGPClassifier, dict(hidden_layer_sizes=(8,), max_iter=2)),
 ]
 
 

@@ -21,7 +21,7 @@ FAST = {
     "DBKRegressor": dict(n_basis=8, hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
     "RichBLLRegressor": dict(hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
     "FiDGPClassifier": dict(hidden_layer_sizes=(16,), max_iter=60, batch_size=256,
-                            learning_rate_init=2e-2, ood_projector_steps=20, device="cpu"),
+                            learning_rate_init=2e-2, device="cpu"),
 }
 
 

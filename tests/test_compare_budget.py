@@ -191,9 +191,9 @@ def test_plan_budget_deducts_the_pilots_own_seconds():
 
 
 def _fid_steps(n, max_iter=400):  # FiD-GP's batch_size="auto": at most 8 steps an epoch
-    from skbnngp._fidgp import auto_batch_size
+    from skbnngp._fidgp import train_batch_size
 
-    return -(-n // auto_batch_size("auto", n)) * max_iter
+    return -(-n // train_batch_size("auto", n)) * max_iter
 
 
 def test_step_curve_scales_the_largest_pilot_by_its_steps():

@@ -3,6 +3,7 @@
 import math
 import pickle
 import warnings
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -12,9 +13,9 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 
-from skbnngp import FiDGPClassifier
+from skbnngp import FiDGPClassifier, _fidgp
+from skbnngp._backend._fid_network import kl_factor, layer_parameter_count
 from skbnngp._backend._inducing import InducingLinear, inv_softplus, kl_conditional
-from skbnngp._fidgp import kl_factor, layer_parameter_count
 
 zuko = pytest.importorskip("zuko")
 from skbnngp._backend._flows import RowMAF  # noqa: E402
@@ -227,9 +228,10 @@ def iris_fit():
     X, y = load_iris(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
     names = np.array(["setosa", "versicolor", "virginica"])
-    clf = FiDGPClassifier(hidden_layer_sizes=(16,), max_iter=30, batch_size=32,
-                          learning_rate_init=1e-2, max_lambda=0.5, init_sd_u=0.05,
-                          random_state=0, device="cpu").fit(Xtr, names[ytr])
+    with patch.multiple(_fidgp, MAX_LAMBDA=0.5, INIT_SD_U=0.05):
+        clf = FiDGPClassifier(hidden_layer_sizes=(16,), max_iter=30, batch_size=32,
+                              learning_rate_init=1e-2, random_state=0,
+                              device="cpu").fit(Xtr, names[ytr])
     return clf, Xte, names[yte]
 
 
@@ -248,10 +250,12 @@ def test_probabilities_and_string_labels(iris_fit):
 
 def test_constraints_hold_after_training(iris_fit):
     clf = iris_fit[0]
+    plan = clf.model_plan_  # the settings of the fit, kept with the model
+    assert (plan["max_lambda"], plan["init_sd_u"]) == (0.5, 0.05)
     for _, layer in clf.model_.inducing_layers():
-        assert float(layer.sd_u().max()) <= clf.max_sd_u + 1e-12
+        assert float(layer.sd_u().max()) <= plan["max_sd_u"] + 1e-12
         lam = float(layer.lam())
-        assert 0 <= lam <= clf.max_lambda
+        assert 0 <= lam <= plan["max_lambda"]
     # the shapes were clipped to d_out and d_in (with bias): 4 + 1 inputs, 3 classes
     assert clf.inducing_shapes_ == [(16, 5), (3, 17)]
 
@@ -284,7 +288,8 @@ def test_monte_carlo_variance_falls_with_more_draws(iris_fit):
     clf, X, _ = iris_fit
     clf = FiDGPClassifier(**clf.get_params())  # fresh estimator: same settings
     X_tr, y_tr = load_iris(return_X_y=True)
-    clf.set_params(max_lambda=0.5, init_lambda=0.4).fit(X_tr, y_tr)
+    with patch.multiple(_fidgp, MAX_LAMBDA=0.5, INIT_LAMBDA=0.4):
+        clf.fit(X_tr, y_tr)
 
     def spread(S):
         means = [clf.sample_proba(X, n_samples=S, random_state=r).mean(0) for r in range(12)]
@@ -334,7 +339,7 @@ def test_the_default_trains_the_whole_schedule_without_a_warning():
     explicit stopping rule that does not fire in time warns."""
     X, y = load_iris(return_X_y=True)
     kw = {"hidden_layer_sizes": (8,), "max_iter": 12, "batch_size": 150, "random_state": 0,
-          "device": "cpu", "ood_projector_steps": 5}
+          "device": "cpu"}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         clf = FiDGPClassifier(**kw).fit(X, y)
@@ -407,14 +412,7 @@ def test_residual_projector_properties(digits_ood):
     f = torch.randn(50, P.shape[0], dtype=F64, generator=gen(0))
     r = f - f @ P
     assert bool((r.norm(dim=1) <= f.norm(dim=1) + 1e-9).all())
-    # rank-deficient U: f orthogonal to its row space passes unchanged; f in it shrinks to 0
-    U = torch.tensor([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]], dtype=F64)
-    for ridge, tol in [(1e-3, 1e-3), (1e-8, 1e-7)]:
-        Pu = U.T @ torch.linalg.solve(U @ U.T + ridge * torch.eye(2, dtype=F64), U)
-        e3 = torch.tensor([[0.0, 0.0, 1.5]], dtype=F64)
-        torch.testing.assert_close(e3 - e3 @ Pu, e3)
-        inside = torch.tensor([[0.3, -0.4, 0.0]], dtype=F64)
-        assert float((inside - inside @ Pu).norm()) < tol
+    torch.testing.assert_close(r @ P, torch.zeros_like(r), atol=1e-5, rtol=0)  # orthogonal
 
 
 def test_pickle_round_trip_keeps_outputs(digits_ood):
@@ -423,8 +421,8 @@ def test_pickle_round_trip_keeps_outputs(digits_ood):
     assert_same_predictions(clone.predict_proba(Xte), clf.predict_proba(Xte))
     assert_same_predictions(clone.ood_score(Xte), clf.ood_score(Xte))
     state = clf.__getstate__()
-    for value in (state["model_"], *(p["weights"] for p in state["ood_projectors_"])):
-        assert all(isinstance(v, np.ndarray) for v in value.values())
+    assert all(isinstance(v, np.ndarray) for v in state["model_"].values())
+    assert all(isinstance(a, np.ndarray) for v in state["_ood"].values() for a in v)
 
 
 def test_predict_uncertainty_decomposition(digits_ood):
@@ -438,25 +436,80 @@ def test_predict_uncertainty_decomposition(digits_ood):
     np.testing.assert_allclose(u["entropy"], -(P * np.log(P)).sum(1), atol=1e-6)
 
 
-def test_variants_train():
+@pytest.mark.parametrize("params,settings", [
+    ({"flow_length": 0}, {"SAMPLING": "reparam"}),
+    ({"flow_length": 2}, {"SAMPLING": "mean"}),
+    ({"fid_layers": "last"}, {"OOD_METHOD": "principal"}),
+    ({"layer_budget": 0.5}, {"OOD_METHOD": "inducing"}),
+    ({"fid_layers": [0]}, {"FLOW_ON_OUTPUT_LAYER": False, "Z_INIT": "orthogonal",
+                           "LAMBDA_LR": 1e-2, "LABEL_SMOOTHING": 0.1}),
+])
+def test_variants_train(params, settings):
+    """The private settings (ablations) train, and the fit keeps what it ran with."""
     X, y = load_iris(return_X_y=True)
-    for kw in [{"sampling": "reparam", "flow_length": 0},
-               {"sampling": "mean", "flow_length": 2},
-               {"fid_layers": "last", "ood_projector": "linear", "ood_method": "gradient"},
-               {"ood_method": "inducing"}, {"ood_method": "gradient", "layer_budget": 0.5},
-               {"fid_layers": [0], "flow_on_output_layer": False, "z_init": "orthogonal",
-                "lambda_lr": 1e-2, "lambda_l2": 1.0, "n_train_samples": 2}]:
+    with patch.multiple(_fidgp, **settings):
         clf = FiDGPClassifier(hidden_layer_sizes=(8,), max_iter=4, batch_size=75,
-                              random_state=0, device="cpu", **kw).fit(X, y)
-        assert clf.predict_proba(X).shape == (150, 3)
-        s = clf.ood_score(X)
-        assert np.all(np.isfinite(s)) and np.all((s >= 0) & (s <= 1 + 1e-6))
-        if clf.ood_method_ == "gradient":
-            P = clf._ood["projections"][0].double()
-            ev = torch.linalg.eigvalsh(P)
-            assert float(ev.min()) > -1e-5 and float(ev.max()) < 1.0
-    assert clf.inducing_shapes_ == [(8, 5), None]
-    assert clf.ood_layers_ == [0]
+                              random_state=0, device="cpu", **params).fit(X, y)
+    P = clf.predict_proba(X)
+    assert P.shape == (150, 3)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-6)
+    s = clf.ood_score(X)
+    assert np.all(np.isfinite(s)) and np.all((s >= 0) & (s <= 1 + 1e-6))
+    assert clf.model_plan_["sampling"] == settings.get("SAMPLING", "matheron")
+    assert clf.ood_method_ == settings.get("OOD_METHOD", "combined")
+    if "Z_INIT" in settings:
+        assert clf.inducing_shapes_ == [(8, 5), None] and clf.ood_layers_ == [0]
+
+
+# ============================================================ fitted state
+@pytest.fixture(scope="module")
+def fitted_blob():
+    X, y = load_iris(return_X_y=True)
+    clf = FiDGPClassifier(hidden_layer_sizes=(8,), max_iter=4, batch_size=50, random_state=0,
+                          device="cpu").fit(X, y)
+    return pickle.dumps(clf), X
+
+
+@pytest.mark.parametrize("param,value", [("activation", "tanh"), ("dtype", "float64"),
+                                         ("hidden_layer_sizes", (3, 3)),
+                                         ("inducing_rows", 2), ("normalize_X", False),
+                                         ("calibration", "temperature"),
+                                         ("validation_fraction", 0.5)])
+def test_set_params_after_fit_changes_nothing_fitted(fitted_blob, param, value):
+    blob, X = fitted_blob
+    ref = pickle.loads(blob)
+    est = pickle.loads(blob).set_params(**{param: value})
+    back = pickle.loads(pickle.dumps(est))
+    for method in ("predict_proba", "ood_score"):
+        want = getattr(ref, method)(X)
+        assert_same_predictions(getattr(est, method)(X), want, "float32")
+        assert_same_predictions(getattr(back, method)(X), want, "float32")
+
+
+def test_private_settings_changed_after_fit_change_nothing_fitted(fitted_blob):
+    """What predict and the OoD score read was copied into the fitted state at fit."""
+    blob, X = fitted_blob
+    ref = pickle.loads(blob)
+    with patch.multiple(_fidgp, SAMPLING="mean", OOD_METHOD="principal", MAX_SD_U=1.0):
+        est = pickle.loads(blob)
+        back = pickle.loads(pickle.dumps(est))
+        for method in ("predict_proba", "ood_score"):
+            want = getattr(ref, method)(X)
+            assert_same_predictions(getattr(est, method)(X), want, "float32")
+            assert_same_predictions(getattr(back, method)(X), want, "float32")
+
+
+@pytest.mark.parametrize("param,value,methods", [
+    ("n_predict_samples", 0, ["predict", "predict_proba", "predict_uncertainty",
+                              "sample_proba"]),
+    ("n_predict_samples", 2.5, ["predict_proba", "decision_function"]),
+])
+def test_predict_time_parameters_are_checked_like_fit(fitted_blob, param, value, methods):
+    blob, X = fitted_blob
+    for method in methods:
+        est = pickle.loads(blob).set_params(**{param: value})
+        with pytest.raises((ValueError, TypeError), match=param):
+            getattr(est, method)(X)
 
 
 # ============================================================ bad input
@@ -471,8 +524,6 @@ def test_bad_input():
     with pytest.raises(ValueError, match="ood_layers"):
         FiDGPClassifier(hidden_layer_sizes=(4,), fid_layers="last", ood_layers=[0],
                         max_iter=2).fit(X, y)
-    with pytest.raises(ValueError, match="init_lambda"):
-        FiDGPClassifier(init_lambda=0.5, max_iter=2).fit(X, y)
     with pytest.raises(ValueError, match="Unknown label type"):
         FiDGPClassifier(max_iter=2).fit(X, np.linspace(0, 1, 150))
     clf = FiDGPClassifier(hidden_layer_sizes=(4,), max_iter=2, random_state=0).fit(X, y)

@@ -1,19 +1,21 @@
-"""FiDGPClassifier's post-hoc temperature scaling (issue 20, item 3)."""
+"""FiDGPClassifier's post-hoc temperature scaling: the tempered NLL and its minimiser, the
+held-out split, ``refit`` and ``calibration="auto"``."""
 
 import pickle
+from unittest.mock import patch
 
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris
 
-from skbnngp import FiDGPClassifier
-from skbnngp._fidgp import (
+from skbnngp import FiDGPClassifier, _fidgp
+from skbnngp._backend._calibration import (
     LOG_T_PRIOR_SD,
     LOG_T_RANGE,
-    auto_batch_size,
     fit_temperature,
     tempered_nll,
 )
+from skbnngp._fidgp import _warm_epochs, train_batch_size
 
 from ._promise import assert_same_labels, assert_same_predictions
 
@@ -95,12 +97,12 @@ def test_temperature_prior_keeps_t_away_from_zero_when_validation_is_all_right()
 
 
 def test_auto_batch_size_caps_the_steps_per_epoch():
-    assert auto_batch_size("auto", 50) == 50
-    assert auto_batch_size("auto", 800) == 100
-    assert auto_batch_size("auto", 1437) == 180  # digits' 5-fold training rows: 8 steps
-    assert auto_batch_size(32, 1437) == 32
+    assert train_batch_size("auto", 50) == 50
+    assert train_batch_size("auto", 800) == 100
+    assert train_batch_size("auto", 1437) == 180  # digits' 5-fold training rows: 8 steps
+    assert train_batch_size(32, 1437) == 32
     for n in (801, 1000, 5000, 60000):
-        assert -(-n // auto_batch_size("auto", n)) <= 8
+        assert -(-n // train_batch_size("auto", n)) <= 8
 
 
 # ============================================================ the estimator
@@ -213,10 +215,8 @@ def test_warm_refit_continues_the_held_out_network_at_the_final_learning_rate():
     # refit="warm" trains the held-out stage's network on further: its T and validation NLL
     # are that stage's, the inputs keep that stage's scaling, and the record of the epochs
     # goes on for a tenth of max_iter at the final KL weight. With a final learning rate of
-    # ~0 (lr_gamma tiny) the fine-tuning cannot move the network: its probabilities are the
+    # ~0 (LR_GAMMA tiny) the fine-tuning cannot move the network: its probabilities are the
     # held-out fit's.
-    from skbnngp._fidgp import _warm_epochs
-
     X, y = load_iris(return_X_y=True)
     params = {**SMALL, "max_iter": 20, "validation_fraction": 0.2, "kl_weight": 0.3}
     held = FiDGPClassifier(calibration="temperature", refit=False, **params).fit(X, y)
@@ -235,10 +235,9 @@ def test_warm_refit_continues_the_held_out_network_at_the_final_learning_rate():
     assert np.abs(warm.predict_proba(X) - held.predict_proba(X)).max() > 1e-4
     # ... and does nothing at a learning rate of 3e-3 * 1e-12 (without the flows' spectral
     # normalisation, whose power iteration moves its buffers on every training pass)
-    frozen = FiDGPClassifier(calibration="temperature", refit="warm", lr_gamma=1e-12,
-                             flow_spectral_norm=False, **params).fit(X, y)
-    held0 = FiDGPClassifier(calibration="temperature", refit=False, lr_gamma=1e-12,
-                            flow_spectral_norm=False, **params).fit(X, y)
+    with patch.multiple(_fidgp, LR_GAMMA=1e-12, FLOW_SPECTRAL_NORM=False):
+        frozen = FiDGPClassifier(calibration="temperature", refit="warm", **params).fit(X, y)
+        held0 = FiDGPClassifier(calibration="temperature", refit=False, **params).fit(X, y)
     np.testing.assert_allclose(frozen.predict_proba(X), held0.predict_proba(X),
                                rtol=1e-8, atol=1e-10)  # the Adam steps of ~3e-15 only
 
@@ -247,10 +246,10 @@ def test_warm_refit_learns_the_held_out_rows():
     # the rows held out for T are trained on in the warm stage: their loss falls below the
     # held-out fit's (at T = 1, a large final learning rate and many fine-tuning epochs)
     X, y = load_iris(return_X_y=True)
-    params = {**SMALL, "max_iter": 60, "validation_fraction": 0.3, "lr_gamma": 1.0,
-              "learning_rate_init": 1e-2}
-    held = FiDGPClassifier(calibration="temperature", refit=False, **params).fit(X, y)
-    warm = FiDGPClassifier(calibration="temperature", refit="warm", **params).fit(X, y)
+    params = {**SMALL, "max_iter": 60, "validation_fraction": 0.3, "learning_rate_init": 1e-2}
+    with patch.object(_fidgp, "LR_GAMMA", 1.0):
+        held = FiDGPClassifier(calibration="temperature", refit=False, **params).fit(X, y)
+        warm = FiDGPClassifier(calibration="temperature", refit="warm", **params).fit(X, y)
     _, val = held._validation_split(np.unique(y, return_inverse=True)[1], 3,
                                         int(np.random.RandomState(0).randint(
                                             np.iinfo(np.int32).max, size=4)[3]))

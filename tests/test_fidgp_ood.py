@@ -1,16 +1,16 @@
-"""FiDGPClassifier's OoD score is sound at the defaults (issue 20 item 2) and the compression
-option keeps each FiD-GP layer under its budget (issue 20 item 3)."""
+"""FiDGPClassifier's OoD score is sound at the defaults, and the compression option
+(``layer_budget``) keeps each FiD-GP layer under its budget."""
 
 import copy
+from unittest.mock import patch
 
 import numpy as np
 import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from skbnngp import FiDGPClassifier
-from skbnngp._backend import as_tensor
-from skbnngp._fidgp import layer_parameter_count
+from skbnngp import FiDGPClassifier, _fidgp
+from skbnngp._backend._fid_network import build_network, layer_parameter_count
 
 pytest.importorskip("zuko")
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -28,8 +28,9 @@ def subspace_blobs(n, seed, d=40, k=4):
 @pytest.fixture(scope="module")
 def toy():
     X, y = subspace_blobs(300, 1)
-    clf = FiDGPClassifier(max_iter=30, batch_size=100, learning_rate_init=1e-2,
-                          ood_method="principal", random_state=0, device="cpu").fit(X, y)
+    with patch.object(_fidgp, "OOD_METHOD", "principal"):
+        clf = FiDGPClassifier(max_iter=30, batch_size=100, learning_rate_init=1e-2,
+                              random_state=0, device="cpu").fit(X, y)
     return clf, X
 
 
@@ -53,11 +54,11 @@ def test_defaults_make_the_inducing_matrix_and_the_projector_rank_deficient(toy)
 
 def test_principal_subspace_keeps_the_requested_energy(toy):
     clf, X = toy
-    A = clf._layer_inputs(as_tensor(clf._scale(X), clf.device_, clf._dtype))
+    A = clf._layer_inputs(clf._input(X))
     for a, B in zip(A, clf._ood["bases"]):
         a = a.double()
         r = a - (a @ B.double()) @ B.double().T
-        assert float(r.square().sum() / a.square().sum()) <= 1 - clf.ood_energy + 1e-6
+        assert float(r.square().sum() / a.square().sum()) <= 1 - _fidgp.OOD_ENERGY + 1e-6
 
 
 def test_score_is_lower_in_distribution_than_off_the_data_subspace(toy):
@@ -73,9 +74,9 @@ def test_score_is_lower_in_distribution_than_off_the_data_subspace(toy):
     assert np.median(clf.ood_score(10 * X_in)) < np.median(s_off)
     # the default ("combined") adds the inducing residual, larger in distribution, and
     # still separates
-    comb = copy.deepcopy(clf).set_params(ood_method="combined")
-    comb._fit_ood(comb.model_, as_tensor(comb._scale(X_in), comb.device_, comb._dtype),
-                  np.random.RandomState(0), 1)
+    comb = copy.deepcopy(clf)
+    comb._fit_ood(comb.model_, comb._input(X_in), np.random.RandomState(0), 1,
+                  method="combined")
     c_in, c_off = comb.ood_score(X_in), comb.ood_score(X_off)
     assert roc_auc_score(np.r_[np.zeros(200), np.ones(200)], np.r_[c_in, c_off]) > 0.95
     assert np.median(c_in) < 0.7 * np.median(c_off)
@@ -83,8 +84,9 @@ def test_score_is_lower_in_distribution_than_off_the_data_subspace(toy):
 
 def test_inducing_subspace_is_the_row_space_of_the_mean_weight():
     X, y = subspace_blobs(200, 4)
-    clf = FiDGPClassifier(hidden_layer_sizes=(16, 16), max_iter=5, ood_method="inducing",
-                          random_state=0, device="cpu").fit(X, y)
+    with patch.object(_fidgp, "OOD_METHOD", "inducing"):
+        clf = FiDGPClassifier(hidden_layer_sizes=(16, 16), max_iter=5, random_state=0,
+                              device="cpu").fit(X, y)
     for k, i in enumerate(clf.ood_layers_):
         layer = clf.model_.layers[i]
         with torch.no_grad():
@@ -97,8 +99,8 @@ def test_inducing_subspace_is_the_row_space_of_the_mean_weight():
 @pytest.mark.parametrize("budget", [0.5, 1.0])
 def test_layer_budget_makes_each_layer_smaller_than_the_dense_one(budget):
     X, y = subspace_blobs(120, 5)
-    clf = FiDGPClassifier(layer_budget=budget, max_iter=2, ood_projector_steps=2,
-                          random_state=0, device="cpu").fit(X, y)
+    clf = FiDGPClassifier(layer_budget=budget, max_iter=2, random_state=0,
+                          device="cpu").fit(X, y)
     widths = clf.model_plan_["widths"]
     n_lin = len(widths) - 1
     total = 0
@@ -136,7 +138,7 @@ def test_layer_budget_keeps_the_output_rank_and_gives_up_the_flow_before_rank(bu
     if budget == 1.0:
         assert R0 == 16 and plan["flows"][0] is False
     # the layers are built as planned: no flow where the plan dropped it
-    net = FiDGPClassifier._build_network(plan, 0, "cpu", torch.float64)
+    net = build_network(plan, 0, "cpu", torch.float64)
     for i, layer in net.inducing_layers():
         assert layer.n_parameters() == layer_parameter_count(
             plan["widths"][i + 1], plan["widths"][i] + 1, *plan["shapes"][i],
@@ -160,27 +162,28 @@ def test_layer_budget_output_rank_fits_every_class_of_iris(seed):
 def test_parameter_formula_counts_every_flow_step():
     X, y = subspace_blobs(60, 6)
     clf = FiDGPClassifier(hidden_layer_sizes=(8,), flow_length=2, max_iter=1,
-                          ood_projector_steps=1, random_state=0, device="cpu").fit(X, y)
+                          random_state=0, device="cpu").fit(X, y)
     (R0, C0), (R1, C1) = clf.inducing_shapes_
     assert clf.n_parameters_ == (layer_parameter_count(8, 41, R0, C0, flow_length=2)
                                  + layer_parameter_count(2, 9, R1, C1, flow_length=2))
 
 
 def test_combined_score_is_the_mean_of_principal_and_inducing():
-    """ood_method="combined" on one fitted network: the mean of the "principal" and the
-    "inducing" scores, with both sets of ranks, and it survives a pickle round trip."""
+    """The default subspaces ("combined") on one fitted network: the mean of the
+    "principal" and the "inducing" scores, with both sets of ranks, and it survives a pickle
+    round trip."""
     import pickle
 
     from sklearn.datasets import load_digits
     X, y = load_digits(return_X_y=True)
     X, y = X[:400], y[:400]
-    clf = FiDGPClassifier(hidden_layer_sizes=(16,), max_iter=5, random_state=0, device="cpu",
-                          ood_method="combined").fit(X, y)
-    Xt = as_tensor(clf._scale(X), clf.device_, clf._dtype)
+    clf = FiDGPClassifier(hidden_layer_sizes=(16,), max_iter=5, random_state=0,
+                          device="cpu").fit(X, y)
+    Xt = clf._input(X)
     scores, ranks = {}, {}
     for method in ("combined", "principal", "inducing"):  # one weight draw for all three
-        other = copy.deepcopy(clf).set_params(ood_method=method)
-        other._fit_ood(other.model_, Xt, np.random.RandomState(0), 1)
+        other = copy.deepcopy(clf)
+        other._fit_ood(other.model_, Xt, np.random.RandomState(0), 1, method=method)
         scores[method], ranks[method] = other.ood_score(X[:50]), other.ood_ranks_
     assert ranks["combined"] == ranks["principal"] + ranks["inducing"]
     assert len(clf.ood_ranks_) == 2 and clf.ood_method_ == "combined"

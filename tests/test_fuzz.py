@@ -55,7 +55,7 @@ SETTINGS = {
     "DBKRegressor": dict(n_basis=4, hidden_layer_sizes=(4,), max_iter=3),
     "RichBLLRegressor": dict(hidden_layer_sizes=(4,), max_iter=3, batch_size=64),
     "FiDGPClassifier": dict(hidden_layer_sizes=(4,), max_iter=2, batch_size=128,
-                            ood_projector_steps=2, n_predict_samples=2),
+                            n_predict_samples=2),
 }
 #: A ValueError/TypeError must name the argument at fault: these words do.
 NAMES = re.compile(r"\bX\b|\by\b|sample|feature|class|target|label|sparse|dtype|complex|"

@@ -29,7 +29,7 @@ FAST = {
     "MixedActivationGPRegressor": dict(n_anchors=20, max_iter=5),
     "DBKRegressor": dict(n_basis=8, hidden_layer_sizes=(8,), max_iter=5),
     "RichBLLRegressor": dict(hidden_layer_sizes=(8,), max_iter=5),
-    "FiDGPClassifier": dict(hidden_layer_sizes=(8,), max_iter=3, ood_projector_steps=5),
+    "FiDGPClassifier": dict(hidden_layer_sizes=(8,), max_iter=3),
 }
 MODES = {
     "MixedActivationGPRegressor": [dict(approx="exact"), dict(approx="nystrom")],

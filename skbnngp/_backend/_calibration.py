@@ -161,3 +161,36 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
             df, floor = df1, s * s
     unit = stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else stats.t.ppf(0.5 + level / 2, df)
     return df, loo_variance_factor(z, unit, level, floor=floor)
+
+
+# ---------------------------------------------------------------------- temperature scaling
+#: Range of ``log T`` searched by :func:`fit_temperature`.
+LOG_T_RANGE = (np.log(0.05), np.log(20.0))
+#: Prior std of ``log T`` (a N(0, sd^2) prior): with every validation row classified right
+#: the likelihood alone drives ``T`` to 0.
+LOG_T_PRIOR_SD = 0.5
+
+
+def tempered_nll(logits, y, temperature):
+    """Mean NLL of the predictive ``mean_s softmax(logits_s / T)``; ``logits`` (S, n, K)."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    z = z - z.max(axis=2, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
+    # log of the average over draws of each row's true-class probability
+    lp = logp[:, np.arange(logp.shape[1]), y]
+    m = lp.max(axis=0)
+    return float(-np.mean(m + np.log(np.mean(np.exp(lp - m), axis=0))))
+
+
+def fit_temperature(logits, y, prior_sd=LOG_T_PRIOR_SD):
+    """The temperature of largest posterior: validation NLL (summed) plus a
+    ``N(0, prior_sd^2)`` prior on ``log T`` (None: none), over ``log T`` in
+    :data:`LOG_T_RANGE`; returns ``T`` and the validation NLL (mean) at ``T``."""
+    from scipy.optimize import minimize_scalar
+
+    n = np.asarray(logits).shape[1]
+    penalty = 0.0 if prior_sd is None else 0.5 / (prior_sd * prior_sd * n)
+    res = minimize_scalar(lambda v: tempered_nll(logits, y, np.exp(v)) + penalty * v * v,
+                          bounds=LOG_T_RANGE, method="bounded", options={"xatol": 1e-4})
+    t = float(np.exp(res.x))
+    return t, tempered_nll(logits, y, t)

@@ -215,7 +215,7 @@ class NetworkTrainer:
         Epochs after which the learning rate is multiplied by ``lr_gamma``.
     extra_groups : sequence of (list of tensors, float)
         Further parameters (no weight decay) with their own base learning rate (FiD-GP's
-        ``lambda_lr``); the schedule scales them too.
+        ``LAMBDA_LR``); the schedule scales them too.
     device : torch.device
     epoch_fn : callable or None
         ``epoch_fn(epoch)``, called before each epoch's steps (a loss captured as a CUDA

@@ -1,0 +1,183 @@
+"""A FiD-GP network as a whole: its size, its construction from a plan, its saved state, the
+annealed ELBO it is trained by, and its predictive draws.
+
+The layers themselves (the inducing-weight prior, posterior and KL) are in :mod:`._inducing`.
+A *plan* is a plain dict (widths, per-layer inducing shapes and flows, the layer settings)
+that rebuilds the same network, so a fitted model pickles as its plan and NumPy weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from ._chunks import iter_slices
+from ._device import as_tensor, to_float, to_numpy
+from ._inducing import FiDNetwork, InducingLinear
+from ._random import make_generator
+from ._train import ACTIVATIONS, build_mlp
+
+#: Rows per block at prediction.
+PREDICT_ROWS = 4096
+
+
+# ---------------------------------------------------------------------- size and plan
+def layer_parameter_count(d_out, d_in, rows, cols, flow_hidden=16, flow=True, flow_length=1):
+    """Trainable parameters of one FiD-GP layer (``d_in`` counts the bias column).
+
+    ``R d_out + C d_in + 2 R C + R + C + 1`` plus ``3 C H + 2 C + 4 H^2 + 5 H`` for a flow
+    (``50 C + 1104`` at ``H = 16``). The authors' code has ``R + C`` more (the omitted
+    ``z_row_rho``/``z_col_rho`` jitter).
+    """
+    n = rows * d_out + cols * d_in + 2 * rows * cols + rows + cols + 1
+    if flow and cols >= 2:
+        H = flow_hidden
+        n += flow_length * (3 * cols * H + 2 * cols + 4 * H * H + 5 * H)
+    return n
+
+
+def shrink_to_budget(d_out, d_in, R, C, flow, limit, *, flow_hidden, flow_length, min_rank=1):
+    """``(R, C, flow)`` for a layer of at most ``limit`` parameters: the largest ``R`` (the
+    rank of the layer's weights) down to ``min_rank``, keeping ``R < C`` where it was
+    (``R <= C`` otherwise), then the flow when it fits at that ``R``, then the largest
+    ``C``. When nothing fits, the smallest layer of rank ``min_rank``: ``C`` just above it
+    and no flow. Rank goes last because a low-rank logit map cannot separate the classes
+    (a 1 x 1 output layer left digits at accuracy 0.19)."""
+    strict = R < C
+
+    def fits(r, c, f):
+        return layer_parameter_count(d_out, d_in, r, c, flow_hidden, f, flow_length) <= limit
+
+    for r in range(R, min_rank - 1, -1):
+        lo = r + 1 if strict else r
+        for f in ([True, False] if flow else [False]):
+            for c in range(C, lo - 1, -1):
+                if fits(r, c, f):
+                    return r, c, f
+    return min_rank, min(C, min_rank + 1 if strict else min_rank), False
+
+
+def build_network(plan, seed, device, dtype):
+    """The :class:`~._inducing.FiDNetwork` of ``plan`` (initial values seeded by ``seed``,
+    drawn on the host in float64)."""
+    widths, shapes = plan["widths"], plan["shapes"]
+    layers = []
+    for i in range(len(widths) - 1):
+        if shapes[i] is None:
+            layers.append(build_mlp(widths[i], (), widths[i + 1], seed=seed + 17 * i,
+                                    device="cpu", dtype=torch.float64)[0])
+            continue
+        layers.append(InducingLinear(
+            widths[i], widths[i + 1], shapes[i][0], shapes[i][1],
+            flow_length=plan["flow_length"] if plan["flows"][i] else 0,
+            flow_hidden=plan["flow_hidden"], flow_dropout=plan["flow_dropout"],
+            flow_spectral_norm=plan["flow_spectral_norm"], prior_sd=plan["prior_sd"],
+            init_lambda=plan["init_lambda"], max_lambda=plan["max_lambda"],
+            learn_lambda=plan["learn_lambda"], init_sd_u=plan["init_sd_u"],
+            max_sd_u=plan["max_sd_u"], z_init=plan["z_init"], seed=seed + 17 * i))
+    net = FiDNetwork(layers, ACTIVATIONS[plan["activation"]]())
+    return net.to(device=device, dtype=dtype)
+
+
+def network_state(net):
+    """A network's state as NumPy arrays (what pickles: no live device tensor)."""
+    return {k: to_numpy(v).copy() for k, v in net.state_dict().items()}
+
+
+def network_from_state(plan, state, device, dtype):
+    """The network of ``plan`` with the weights saved by :func:`network_state`."""
+    net = build_network(plan, 0, "cpu", dtype)
+    net.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    return net.to(device=device, dtype=dtype)
+
+
+# ---------------------------------------------------------------------- training
+def kl_factor(epoch, max_iter, ml_frac, anneal_frac, weight):
+    """KL weight ``kappa`` at ``epoch`` (0-based): 0 for the first ``ml_frac`` of the epochs,
+    then a linear ramp over ``anneal_frac`` of them up to ``weight``."""
+    ml = int(round(ml_frac * max_iter))
+    ramp = int(round(anneal_frac * max_iter))
+    if epoch < ml:
+        return 0.0
+    if ramp <= 0:
+        return float(weight)
+    return float(weight) * min(1.0, (epoch - ml) / ramp)
+
+
+class AnnealedELBO:
+    """The training loss of a FiD-GP network: the (weighted, label-smoothed) cross-entropy of
+    a batch under one weight draw plus ``kappa KL / n``, ``kappa`` set per epoch by
+    :meth:`set_kappa`.
+
+    ``graphs``: the step is captured as a CUDA graph, so the KL is always computed and
+    ``kappa`` is read from a device tensor (one graph serves every epoch's weight).
+    """
+
+    def __init__(self, net, Xt, yt, gen, *, class_weight=None, label_smoothing=0.0,
+                 sampling="matheron", graphs=False):
+        self.net, self.Xt, self.yt, self.gen = net, Xt, yt, gen
+        self.n = Xt.shape[0]
+        self.cw = None if class_weight is None else as_tensor(class_weight, Xt.device,
+                                                               Xt.dtype)
+        self.label_smoothing, self.sampling, self.graphs = label_smoothing, sampling, graphs
+        self.kappa = 0.0
+        self.kappa_t = torch.zeros((), dtype=Xt.dtype, device=Xt.device) if graphs else None
+
+    def set_kappa(self, kappa):
+        self.kappa = float(kappa)
+        if self.graphs:
+            self.kappa_t.fill_(kappa)
+
+    def __call__(self, rows, epoch):
+        net = self.net
+        xb, yb = self.Xt[rows], self.yt[rows]
+        logits = net.apply(xb, net.sample_weights(self.gen, self.sampling))
+        out = F.cross_entropy(logits, yb, weight=self.cw, label_smoothing=self.label_smoothing)
+        if self.kappa > 0 or self.graphs:
+            out = out + (self.kappa_t if self.graphs else self.kappa) * net.kl() / self.n
+        return out
+
+
+def lambdas(net):
+    """The conditional-noise scale ``lambda`` of each FiD-GP layer."""
+    return [to_float(layer.lam()) for _, layer in net.inducing_layers()]
+
+
+def network_kl(net, seed, sampling):
+    """The KL of one posterior draw (seeded by ``seed``) of every FiD-GP layer."""
+    with torch.no_grad():
+        net.sample_weights(make_generator(seed, "cpu"), sampling)
+        return to_float(net.kl())
+
+
+# ---------------------------------------------------------------------- prediction
+def draw_logits(net, Xt, n_samples, seed, sampling):
+    """Logits of ``Xt`` under ``n_samples`` weight draws (seeded by ``seed``): a float64
+    (S, n, K) tensor."""
+    gen = make_generator(seed, "cpu")
+    out = []
+    with torch.no_grad():
+        for _ in range(n_samples):
+            W = net.sample_weights(gen, sampling)
+            out.append(torch.cat([net.apply(Xt[sl], W)
+                                  for sl in iter_slices(Xt.shape[0], PREDICT_ROWS)], dim=0))
+    return torch.stack(out).to(torch.float64)
+
+
+def tempered_softmax(logits, temperature):
+    """``softmax(logits / T)`` over the last axis, or None when a value is not finite."""
+    probs = torch.softmax(logits / temperature, dim=2)
+    return probs if bool(torch.isfinite(probs).all()) else None
+
+
+def entropy_split(P):
+    """Entropy of the averaged predictive of the draws ``P`` (S, n, K), the mean entropy of
+    the draws (aleatoric) and their difference, the mutual information (epistemic, >= 0),
+    in nats: a dict of (n,) arrays."""
+    tiny = np.finfo(np.float64).tiny
+    mean = P.mean(axis=0)
+    H = -(mean * np.log(np.maximum(mean, tiny))).sum(axis=1)
+    EH = -(P * np.log(np.maximum(P, tiny))).sum(axis=2).mean(axis=0)
+    return {"entropy": H, "expected_entropy": EH,
+            "mutual_information": np.maximum(H - EH, 0.0)}
