@@ -12,12 +12,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 
-from ._backend import ACTIVATIONS, NetworkTrainer, as_tensor, make_generator, to_numpy
+from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, iter_slices, make_generator,
+                       to_numpy)
 from ._backend._calibration import fit_temperature
 from ._backend._fid_network import (PREDICT_ROWS, AnnealedELBO, build_network, draw_logits,
                                     entropy_split, kl_factor, lambdas, network_from_state,
-                                    network_kl, network_state, shrink_to_budget,
-                                    tempered_softmax)
+                                    mean_probs, network_kl, network_state,
+                                    shrink_to_budget, tempered_softmax)
 from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_bases
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
@@ -48,6 +49,8 @@ LABEL_SMOOTHING = 0.0
 OOD_METHOD, OOD_ENERGY, OOD_MAX_FIT_ROWS = "combined", 0.99, 5000
 #: ``refit="warm"``: the fine-tuning on every row lasts this fraction of ``max_iter`` epochs.
 WARM_REFIT_FRAC = 0.1
+#: Most probabilities :meth:`FiDGPClassifier.sample_proba` returns at once (2 GiB).
+MAX_SAMPLE_ELEMENTS = 2**28
 
 
 def train_batch_size(batch_size, n):
@@ -616,7 +619,18 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         check_is_fitted(self)
         seed = self._predict_seed if random_state is None else int(
             check_random_state(random_state).randint(np.iinfo(np.int32).max))
-        return to_numpy(self._draw_probs(X, int(S), seed))
+        Xt = self._input(X)
+        size = int(S) * Xt.shape[0] * len(self.classes_)
+        if size > MAX_SAMPLE_ELEMENTS:
+            raise ValueError(f"n_samples={plain(S)} draws of {Xt.shape[0]} rows x "
+                             f"{len(self.classes_)} classes make {size:.3g} probabilities, "
+                             f"more than {MAX_SAMPLE_ELEMENTS:.3g} ({MAX_SAMPLE_ELEMENTS * 8 / 2**30:.0f} "
+                             "GiB); ask for fewer draws or rows at a time.")
+        probs = tempered_softmax(self._draw_logits(Xt, int(S), seed), self.temperature_)
+        if probs is None:
+            raise ValueError(f"{type(self).__name__}: the predicted probabilities at X are not "
+                             "finite (X may lie far outside the training range); rescale X.")
+        return to_numpy(probs)
 
     def predict_proba(self, X):
         """Class probabilities: the softmax averaged over ``n_predict_samples`` weight draws.
@@ -632,7 +646,12 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         """
         check_is_fitted(self)
         check_predict_params(self, "n_predict_samples")
-        p = to_numpy(self._draw_probs(X, self.n_predict_samples, self._predict_seed).mean(0))
+        probs = mean_probs(self.model_, self._input(X), self.n_predict_samples,
+                           self._predict_seed, self.model_plan_["sampling"], self.temperature_)
+        if probs is None:
+            raise ValueError(f"{type(self).__name__}: the predicted probabilities at X are not "
+                             "finite (X may lie far outside the training range); rescale X.")
+        p = to_numpy(probs)
         return p / p.sum(axis=1, keepdims=True)
 
     def predict_uncertainty(self, X):
@@ -675,7 +694,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         score : ndarray of shape (n_samples,)
             In [0, 1]; scale-free: a point far along the data's subspace is not flagged.
         """
-        score = to_numpy(residual_score(self._layer_inputs(self._input(X)), self._ood["bases"]))
+        Xt = self._input(X)  # row blocks: memory of one block's layer inputs, not all rows'
+        score = np.concatenate([to_numpy(residual_score(self._layer_inputs(Xt[sl]),
+                                                        self._ood["bases"]))
+                                for sl in iter_slices(Xt.shape[0], PREDICT_ROWS)])
         if not np.all(np.isfinite(score)):
             raise ValueError(f"{type(self).__name__}: the OoD score at X is not finite (X may "
                              "lie far outside the training range); rescale X.")

@@ -165,6 +165,25 @@ def draw_logits(net, Xt, n_samples, seed, sampling):
     return torch.stack(out).to(torch.float64)
 
 
+def mean_probs(net, Xt, n_samples, seed, sampling, temperature):
+    """``softmax(logits / T)`` averaged over ``n_samples`` weight draws (the draws of
+    :func:`draw_logits` with the same ``seed``), row block by row block: a float64 (n, K)
+    tensor, or None when a value is not finite. The draws are made once and kept; memory
+    is one block's logits, not the (S, n, K) stack."""
+    gen = make_generator(seed, "cpu")
+    out = []
+    with torch.no_grad():
+        weights = [net.sample_weights(gen, sampling) for _ in range(n_samples)]
+        for sl in iter_slices(Xt.shape[0], PREDICT_ROWS):
+            total = None
+            for W in weights:
+                p = torch.softmax(net.apply(Xt[sl], W).to(torch.float64) / temperature, dim=1)
+                total = p if total is None else total + p
+            out.append(total / n_samples)
+    probs = torch.cat(out, dim=0)
+    return probs if bool(torch.isfinite(probs).all()) else None
+
+
 def tempered_softmax(logits, temperature):
     """``softmax(logits / T)`` over the last axis, or None when a value is not finite."""
     probs = torch.softmax(logits / temperature, dim=2)
