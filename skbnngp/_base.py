@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import numbers
 import warnings
 from contextlib import contextmanager
