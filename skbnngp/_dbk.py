@@ -466,11 +466,10 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         net.eval()
         self.calibration_, self.calibration_factor_, self.predictive_df_ = None, 1.0, math.inf
         with torch.no_grad():
-            s2 = state.noise().detach()
+            post, s2 = state.posterior()
             stream = None
             self.prior_scale_ = 1.0
             if svi:
-                post = BLRPosterior(state.m.detach().clone(), state.L().detach().clone())
                 M = dbk.max_prior_var(feat, Xtr, chunk)
                 self.elbo_ = dbk.chunked_elbo(feat, Xtr, Ytr, post, s2, chunk)
                 self.log_marginal_likelihood_value_ = dbk.evidence(
@@ -637,10 +636,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                              "these rows; lower learning_rate_init or check the scale of X "
                              "and y.")
         net.eval()
-        with torch.no_grad():
-            M = torch.clamp(dbk.max_prior_var(feat, Xs, chunk), min=M_prev)
-            post = BLRPosterior(state.m.detach().clone(), state.L().detach().clone())
-            s2 = state.noise().detach()
+        M = dbk.max_prior_var(feat, Xs, chunk, at_least=M_prev)
+        post, s2 = state.posterior()
         self.loss_curve_ = self.loss_curve_ + [loss]
         self.n_iter_ += 1
         self.n_samples_seen_ = data["n"]
@@ -654,16 +651,10 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     def _latent_moments(self, Xq, full_cov):
         """Normalised predictive mean (m x C) and variance (m,) or covariance (m x m)."""
         cache = self._get_cache()
-        Phi = dbk.features(cache["feat"], Xq, self._chunk_rows)
-        post, s2, M = cache["post"], cache["s2"], cache["M"]
-        with torch.no_grad():
-            mean, var = dbk.moments(post, Phi, s2, M, self.variance_correction_,
-                                    include_noise=self.include_noise)
-            if full_cov:
-                V = post.covariance(Phi)
-                V.diagonal().copy_(var)
-                return to_numpy(mean), to_numpy(V)
-        return to_numpy(mean), to_numpy(var)
+        mean, V = dbk.predictive(cache["feat"], Xq, cache["post"], cache["s2"], cache["M"],
+                                 self.variance_correction_, self._chunk_rows,
+                                 include_noise=self.include_noise, full_cov=full_cov)
+        return to_numpy(mean), to_numpy(V)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """Exact log marginal likelihood (eq. 5) of the normalised targets at the fitted

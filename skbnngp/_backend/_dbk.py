@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ._blr import (BLREvidence, DiagNoiseEvidence, blr_fit_scales,
+from ._blr import (BLREvidence, BLRPosterior, DiagNoiseEvidence, blr_fit_scales,
                    blr_log_evidence, blr_log_evidence_diag, blr_posterior, blr_stats)
 from ._chunks import chunked_apply, iter_slices
 from ._device import to_float
@@ -132,6 +132,13 @@ class DBKState:
                 setattr(new, key, getattr(self, key).detach().clone().requires_grad_(True))
         return new
 
+    def posterior(self):
+        """The variational posterior ``q(w)`` (None without SVI) and the noise, detached."""
+        with torch.no_grad():
+            q = (BLRPosterior(self.m.detach().clone(), self.L().detach().clone())
+                 if self.svi else None)
+            return q, self.noise().detach()
+
     def params(self):
         return [self.raw_noise] + ([self.m, self.raw_L, self.raw_diag] if self.svi else [])
 
@@ -206,14 +213,15 @@ def prior_vars(feat, X, chunk):
         return torch.cat([feat(X[sl]).square().sum(1) for sl in iter_slices(X.shape[0], chunk)])
 
 
-def max_prior_var(feat, X, chunk):
-    """``max_i |phi(x_i)|^2`` in row blocks (never the n x r feature matrix)."""
+def max_prior_var(feat, X, chunk, at_least=None):
+    """``max_i |phi(x_i)|^2`` in row blocks (never the n x r feature matrix), and at least
+    ``at_least`` when given (the running maximum of ``partial_fit``)."""
     with torch.no_grad():
         M = None
         for sl in iter_slices(X.shape[0], chunk):
             m = feat(X[sl]).square().sum(1).max()
             M = m if M is None else torch.maximum(M, m)
-    return M
+        return M if at_least is None else torch.clamp(M, min=at_least)
 
 
 def stats(feat, X, Y, chunk, M=None, s2=None):
@@ -265,6 +273,19 @@ def moments(post, Phi, s2, M, correction, include_noise=True):
     mean, var = post.predict(Phi)
     var = var + correction_term(Phi, M, correction)
     return mean, var + s2 if include_noise else var
+
+
+def predictive(feat, X, post, s2, M, correction, chunk, include_noise=True, full_cov=False):
+    """Normalised predictive mean (m x C) and variance (m,), or covariance (m x m) whose
+    diagonal is that variance (the correction and the noise act on the diagonal only)."""
+    Phi = features(feat, X, chunk)
+    with torch.no_grad():
+        mean, var = moments(post, Phi, s2, M, correction, include_noise=include_noise)
+        if not full_cov:
+            return mean, var
+        V = post.covariance(Phi)
+        V.diagonal().copy_(var)
+        return mean, V
 
 
 def validation_nll(post_fn, feat, Xv, Yv, state, correction, chunk):
@@ -373,6 +394,6 @@ def condition_exact(net, scale, X, Y, s2, correction, k, selection, noise_lower_
 __all__ = ["DBKState", "HELDOUT_NOISE_FLOOR", "N_CHAMPIONS", "choose_scales", "chunked_elbo",
            "condition_exact", "correction_term", "evidence", "exact_loss", "exact_objective",
            "exact_posterior", "features", "heldout_mse", "kl_to_prior", "loo_residuals",
-           "max_prior_var", "moments", "prior_vars", "scaled_features", "select_scales",
+           "max_prior_var", "moments", "predictive", "prior_vars", "scaled_features", "select_scales",
            "softplus_inv", "stats", "svi_loss", "svi_objective", "trace_penalty",
            "validation_nll"]
