@@ -172,10 +172,12 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     n_iter_no_change : int or None, default=None
         Patience in epochs; ``None``: 200, long enough for Adam's noisy progress.
     tol : float, default=1e-4
-        Improvement of the per-datum training loss that counts when ``early_stopping=False``.
+        Improvement of the per-datum training loss that counts when ``early_stopping=False``;
+        scikit-learn's MLP value.
     normalize_X : bool, default=True
         Map every training column to [-1, 1] (min-max, the paper's preprocessing) inside
-        ``fit``; columns of (near-)zero range are only centred.
+        ``fit``, so that the tanh units start in their active range; columns of (near-)zero
+        range are only centred.
     normalize_y : bool, default=True
         Standardise the targets inside ``fit``, since the model has a zero mean.
     include_noise : bool, default=True
@@ -185,8 +187,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device, default="auto"
         Where the network and the algebra run; ``"auto"`` picks a GPU when there is one.
     dtype : {"float64", "float32"}, default="float64"
-        float32 is faster; its Cholesky of ``Phi^T Phi + noise I`` is retried with jitter
-        when it fails.
+        float64 keeps the evidence and the posterior accurate; float32 is faster, and its
+        Cholesky of ``Phi^T Phi + noise I`` is retried with jitter when it fails.
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the validation split and the shuffles (all drawn on the
         host, so the same seed gives the same network on every device).
