@@ -28,7 +28,7 @@ FAST = {
 #: Further configurations worth the whole check list (another inference mode ...).
 EXTRA = {
     "DBKRegressor": [dict(FAST["DBKRegressor"], inference="svi", batch_size=16,
-                          learning_rate=1e-2)],
+                          learning_rate_init=1e-2)],
 }
 
 

@@ -1,6 +1,7 @@
 """DBKRegressor uncertainty (issue 19 item 2): the noise and the prior scale chosen by the
-exact evidence with the features fixed, the posterior conditioned on every row, the noise
-initialised from the data, and a warning for as many basis functions as rows."""
+held-out evidence with the features fixed, the posterior conditioned on every row (against
+the dense corrected GP), the leave-one-out variance calibration, and a warning for as many
+basis functions as rows. The numerics behind them are tested in ``test_dbk_numerics.py``."""
 
 import math
 import warnings
@@ -11,15 +12,40 @@ import torch
 from scipy import stats
 from sklearn.exceptions import ConvergenceWarning
 
+import skbnngp._dbk as dbk_module
 from skbnngp import DBKRegressor
-from skbnngp._backend import (BLREvidence, DiagNoiseEvidence, blr_fit_scales,
-                              blr_log_evidence)
-
-from ._dbk_dense import assert_matches_dense_corrected_gp
+from skbnngp._backend import DiagNoiseEvidence
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 DT = torch.float64
 SMALL = dict(n_basis=8, hidden_layer_sizes=(16,), max_iter=30, device="cpu", random_state=0)
+
+
+def assert_matches_dense_corrected_gp(reg, X, y, Xs):
+    """``reg.predict(Xs)`` equals the dense GP on ``(X, y)`` whose kernel is
+    ``Phi Phi^T + diag(M - |phi_i|^2)`` (eq. 12, ``M`` the data maximum) with the fitted
+    features, noise and prior scale, its variance times ``calibration_factor_``; and
+    ``log_marginal_likelihood()`` is eq. (5), log N(y; 0, Phi Phi^T + noise I), of these rows
+    under the same features. Returns ``M``."""
+    cache = reg._get_cache()
+    with torch.no_grad():
+        Phi = cache["feat"](torch.as_tensor(reg._scale_X(X)))
+        Ps = cache["feat"](torch.as_tensor(reg._scale_X(Xs)))
+    s2, kappa = reg.noise_variance_, Phi.square().sum(1)
+    M = kappa.max()
+    K = Phi @ Phi.T + torch.diag(M - kappa) + s2 * torch.eye(len(X), dtype=DT)
+    ks = Ps @ Phi.T
+    dm = ks @ torch.linalg.solve(K, torch.as_tensor(y, dtype=DT))
+    dv = (torch.maximum(Ps.square().sum(1), M) - (ks * torch.linalg.solve(K, ks.T).T).sum(1)
+          + s2)
+    mean, std = reg.predict(Xs, return_std=True)
+    np.testing.assert_allclose(mean, dm.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(std ** 2, dv.numpy() * reg.calibration_factor_, rtol=1e-8)
+    Yn = torch.as_tensor((y - reg._y_train_mean[0]) / reg._y_train_std[0], dtype=DT)
+    cov5 = Phi @ Phi.T + s2 * torch.eye(len(X), dtype=DT)
+    lml = torch.distributions.MultivariateNormal(torch.zeros(len(X), dtype=DT), cov5)
+    assert reg.log_marginal_likelihood() == pytest.approx(float(lml.log_prob(Yn)), rel=1e-8)
+    return float(M)
 
 
 def _data(n=80, seed=0):
@@ -28,61 +54,17 @@ def _data(n=80, seed=0):
     return X, np.sin(3 * X[:, 0]) + 0.2 * rng.standard_normal(n)
 
 
-def _dense(Phi, Y, a, s, c):
-    n = Phi.shape[0]
-    cov = a * (Phi @ Phi.T + torch.diag(c)) + s * torch.eye(n, dtype=DT)
-    return sum(float(torch.distributions.MultivariateNormal(torch.zeros(n, dtype=DT), cov)
-                     .log_prob(Y[:, j])) for j in range(Y.shape[1]))
-
-
-@pytest.mark.parametrize("n, r", [(30, 5), (6, 9)])
-def test_evidence_functions_equal_the_dense_gaussian(n, r):
-    g = torch.Generator().manual_seed(n)
-    Phi = torch.randn(n, r, generator=g, dtype=DT)
-    Y = torch.randn(n, 2, generator=g, dtype=DT)
-    c = torch.rand(n, generator=g, dtype=DT)
-    ev = BLREvidence(Phi.T @ Phi, Phi.T @ Y, float((Y * Y).sum()), n)
-    diag = DiagNoiseEvidence(Phi, Y, c)
-    for a, s in [(1.0, 0.3), (4.0, 0.01), (0.2, 2.0)]:
-        zero = torch.zeros(n, dtype=DT)
-        assert ev(a, s) == pytest.approx(_dense(Phi, Y, a, s, zero), rel=1e-10)
-        assert ev(a, s) == pytest.approx(float(blr_log_evidence(math.sqrt(a) * Phi, Y, s)),
-                                         rel=1e-10)
-        assert diag(a, s) == pytest.approx(_dense(Phi, Y, a, s, c), rel=1e-10)
-        # gradients in (log a, log s) against central differences
-        for fn in (ev, diag):
-            _, grad = fn(a, s, grad=True)
-            h = 1e-6
-            num = [(fn(a * math.exp(h), s) - fn(a * math.exp(-h), s)) / (2 * h),
-                   (fn(a, s * math.exp(h)) - fn(a, s * math.exp(-h))) / (2 * h)]
-            np.testing.assert_allclose(grad, num, rtol=1e-5, atol=1e-6)
-
-
-def test_fit_scales_finds_the_maximum():
-    g = torch.Generator().manual_seed(1)
-    Phi = torch.randn(60, 4, generator=g, dtype=DT)
-    Y = Phi @ (2.0 * torch.randn(4, 1, generator=g, dtype=DT)) \
-        + 0.5 * torch.randn(60, 1, generator=g, dtype=DT)
-    c = 0.3 * torch.rand(60, generator=g, dtype=DT)
-    for ev in (BLREvidence(Phi.T @ Phi, Phi.T @ Y, float((Y * Y).sum()), 60),
-               DiagNoiseEvidence(Phi, Y, c)):
-        a, s = blr_fit_scales(ev, 1.0, 1.0)
-        best = ev(a, s)
-        for fa, fs in [(1.1, 1), (0.9, 1), (1, 1.1), (1, 0.9)]:
-            assert ev(a * fa, s * fs) < best
-        if isinstance(ev, BLREvidence):  # with c, a c takes part of the noise
-            assert 0.1 < s < 0.5  # the true noise variance is 0.25
-
-
 @pytest.mark.parametrize("objective", ["bound", "evidence"])
-def test_fitted_scales_maximise_the_heldout_evidence(objective):
+def test_fitted_scales_maximise_the_heldout_evidence(objective, monkeypatch):
     """The fitted (prior_scale_, noise_variance_) maximise log p(y_all) - log p(y_train) of
-    the corrected kernel at the fitted features. The noise has floors (docstring of
-    ``_choose_scales``); on these data the evidence-trained network's noise sits on one, so
+    the corrected kernel at the fitted features, whichever exact objective trained the
+    network (the private ``EXACT_OBJECTIVE``). The noise has floors (docstring of
+    ``choose_scales``); on these data the evidence-trained network's noise sits on one, so
     there a smaller noise is not checked."""
     X, y = _data(120)
-    reg = DBKRegressor(**SMALL, training_objective=objective).fit(X, y)
-    assert reg.scale_selection == "heldout" and reg.prior_scale_ != 1.0
+    monkeypatch.setattr(dbk_module, "EXACT_OBJECTIVE", objective)
+    reg = DBKRegressor(**SMALL).fit(X, y)
+    assert dbk_module.SCALE_SELECTION == "heldout" and reg.prior_scale_ != 1.0
     rng = np.random.RandomState(0)
     rng.randint(np.iinfo(np.int32).max)  # the seed of the network, as in fit
     perm = rng.permutation(120)
@@ -114,12 +96,23 @@ def test_posterior_conditions_on_every_row():
     assert reg.n_samples_seen_ == 60
 
 
-def test_auto_noise_init_and_no_selection_keeps_the_trained_noise():
+def test_exact_posterior_matches_dense_gp_on_the_fitted_features():
+    """§7.2/7.13 through the estimator: predictions equal a dense GP with kernel
+    phi(x)^T phi(x') (+ correction) built from the fitted network's features."""
+    X, y = _data(n=40)
+    reg = DBKRegressor(**dict(SMALL, max_iter=60), early_stopping=False,
+                       normalize_y=False).fit(X, y)
+    M = assert_matches_dense_corrected_gp(reg, X, y, X[:5] + 0.3)
+    assert reg.max_prior_var_ == pytest.approx(M)
+
+
+def test_without_scale_selection_the_trained_noise_is_kept(monkeypatch):
+    """``SCALE_SELECTION = None`` (private): prior scale 1 and the trained noise, here its
+    initial value ``NOISE_INIT`` (a learning rate too small to move it)."""
     X, y = _data(60)
-    assert DBKRegressor(noise_init="auto")._noise_init() == pytest.approx(0.1)
-    assert DBKRegressor(noise_init=0.3)._noise_init() == 0.3
-    reg = DBKRegressor(**dict(SMALL, max_iter=1), scale_selection=None, noise_init="auto",
-                       learning_rate=1e-12).fit(X, y)
+    monkeypatch.setattr(dbk_module, "SCALE_SELECTION", None)
+    monkeypatch.setattr(dbk_module, "NOISE_INIT", 0.1)
+    reg = DBKRegressor(**dict(SMALL, max_iter=1), learning_rate_init=1e-12).fit(X, y)
     assert reg.prior_scale_ == 1.0
     assert reg.noise_variance_ == pytest.approx(0.1, rel=1e-6)
 
@@ -151,7 +144,7 @@ def test_calibrated_on_diabetes():
 def test_validation_fraction_auto_holds_out_a_quarter_for_exact():
     """Issue 19 item 2: ``validation_fraction="auto"`` holds out 25 % of the rows for exact
     inference (they choose the noise and the prior scale, measured better than 12.5 %), and
-    the paper's 12.5 % for svi and ``preset="paper"``; seen through the n_basis warning,
+    the paper's 12.5 % for svi; seen through the n_basis warning,
     which counts the training rows."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, size=(80, 2))
@@ -166,47 +159,7 @@ def test_validation_fraction_auto_holds_out_a_quarter_for_exact():
             DBKRegressor(**small, **extra).fit(X, y)  # 70 training rows
     assert DBKRegressor()._validation_fraction() == 0.25
     assert DBKRegressor(inference="svi")._validation_fraction() == 0.125
-    assert DBKRegressor(preset="paper")._validation_fraction() == 0.125
     assert DBKRegressor(validation_fraction=0.4)._validation_fraction() == 0.4
-
-
-def test_heldout_mse_is_the_dense_posterior_mean_error():
-    """``_heldout_mse``: the validation MSE of the Bayesian linear model's posterior mean
-    given the first k rows, with a per-row noise ``noise + c_i`` (dense O(n^3) reference)."""
-    from skbnngp._dbk import _heldout_mse
-    rng = np.random.RandomState(3)
-    Phi = torch.as_tensor(rng.standard_normal((30, 5)), dtype=DT)
-    Y = torch.as_tensor(rng.standard_normal((30, 2)), dtype=DT)
-    c = torch.as_tensor(rng.uniform(0, 0.5, 30), dtype=DT)
-    k, s2 = 20, 0.3
-    K = Phi[:k] @ Phi[:k].T + torch.diag(s2 + c[:k])
-    mean = Phi[k:] @ Phi[:k].T @ torch.linalg.solve(K, Y[:k])
-    expected = float((Y[k:] - mean).square().mean())
-    assert _heldout_mse(Phi, Y, k, s2, c) == pytest.approx(expected, rel=1e-10)
-    K0 = Phi[:k] @ Phi[:k].T + s2 * torch.eye(k, dtype=DT)
-    mean0 = Phi[k:] @ Phi[:k].T @ torch.linalg.solve(K0, Y[:k])
-    assert _heldout_mse(Phi, Y, k, s2) == pytest.approx(
-        float((Y[k:] - mean0).square().mean()), rel=1e-10)
-
-
-def test_heldout_noise_floor_stops_the_evidence_sending_the_noise_to_its_bound(monkeypatch):
-    """Rows whose noise is exactly the correction diag(M - |phi_i|^2): the held-out evidence
-    alone puts the noise on its lower bound (the correction stands in for it on every row
-    but the argmax of |phi|^2); the floor keeps it at 0.1 of the held-out MSE."""
-    import skbnngp._dbk as dbk
-    g = torch.Generator().manual_seed(0)
-    n, r, k = 200, 10, 150
-    Phi = torch.randn(n, r, generator=g, dtype=DT) * torch.rand(n, 1, generator=g, dtype=DT)
-    kappa = Phi.square().sum(1)
-    c = kappa.max() - kappa
-    Y = (Phi @ torch.randn(r, 1, generator=g, dtype=DT)
-         + c.sqrt()[:, None] * torch.randn(n, 1, generator=g, dtype=DT))
-    mse = dbk._heldout_mse(Phi, Y, k, 0.01, c)
-    _, noise = dbk._choose_scales(Phi, Y, c, 0.01, k, 1e-6)
-    assert noise >= 0.1 * mse * (1 - 1e-12)
-    monkeypatch.setattr(dbk, "_HELDOUT_NOISE_FLOOR", 0.0)
-    _, noise = dbk._choose_scales(Phi, Y, c, 0.01, k, 1e-6)
-    assert noise < 1e-5
 
 
 def test_heldout_noise_floor_prevents_a_collapsed_std():
@@ -230,25 +183,6 @@ def test_heldout_noise_floor_prevents_a_collapsed_std():
     assert m[-1].noise_variance_ > 1e-4 and sd.min() > 0.02 and nlpd < 0.5
 
 
-def test_heldout_noise_is_at_least_the_full_evidence_noise():
-    """Heavy-tailed noise whose outliers all fall in the training rows: the held-out rows
-    alone ask for a tiny noise, the evidence of all rows for a larger one; the chosen noise
-    is at least the latter (5-fold NLPD on the Cauchy benchmark set 5.625 -> 5.210)."""
-    import skbnngp._dbk as dbk
-    g = torch.Generator().manual_seed(1)
-    n, r, k = 200, 8, 160
-    Phi = torch.randn(n, r, generator=g, dtype=DT)
-    Y = Phi @ torch.randn(r, 1, generator=g, dtype=DT) + 0.05 * torch.randn(n, 1, generator=g,
-                                                                             dtype=DT)
-    Y[:k:10] += 5.0 * torch.randn(k // 10, 1, generator=g, dtype=DT)  # outliers, train only
-    full = blr_fit_scales(DiagNoiseEvidence(Phi, Y, None), 1.0, 0.01)[1]
-    held = blr_fit_scales(DiagNoiseEvidence(Phi, Y, None), 1.0, 0.01,
-                          condition=DiagNoiseEvidence(Phi[:k], Y[:k], None))[1]
-    assert held < 0.1 * full  # the situation: the clean held-out rows want far less noise
-    _, noise = dbk._choose_scales(Phi, Y, None, 0.01, k, 1e-6)
-    assert noise >= full * (1 - 1e-6)
-
-
 def _dense_loo_z(reg, X, y):
     """Leave-one-out residuals over their standard deviations under the dense corrected GP
     of the fitted model (explicit inverse; normalised targets)."""
@@ -268,7 +202,7 @@ def test_calibration_factor_is_the_conformal_quantile_of_the_dense_loo_residuals
     from skbnngp._backend import loo_variance_factor
     X, y = _data(n=120, seed=4)
     y = y + 0.6 * np.abs(X[:, 1]) * np.random.default_rng(1).standard_normal(120)
-    reg = DBKRegressor(**SMALL, variance_calibration="loo").fit(X, y)
+    reg = DBKRegressor(**SMALL, calibration="gaussian").fit(X, y)
     z = _dense_loo_z(reg, X, y)
     expected = loo_variance_factor(z, stats.norm.ppf(0.975))
     assert expected > 1.05  # heteroscedastic noise: the fit needs widening
@@ -280,12 +214,13 @@ def test_calibration_factor_is_the_conformal_quantile_of_the_dense_loo_residuals
     assert np.sum(np.abs(z) < half * (1 - 1e-9)) == 114
 
 
-def test_variance_calibration_widens_only_the_variance():
+def test_gaussian_calibration_widens_only_the_variance():
     X, y = _data(n=120, seed=4)
     y = y + 0.6 * np.abs(X[:, 1]) * np.random.default_rng(1).standard_normal(120)
-    cal = DBKRegressor(**SMALL, variance_calibration="loo").fit(X, y)
-    raw = DBKRegressor(**SMALL, variance_calibration=None).fit(X, y)
+    cal = DBKRegressor(**SMALL, calibration="gaussian").fit(X, y)
+    raw = DBKRegressor(**SMALL, calibration=None).fit(X, y)
     assert raw.calibration_factor_ == 1.0 and cal.calibration_factor_ > 1.0
+    assert (raw.calibration_, cal.calibration_) == (None, "gaussian")
     m1, s1 = cal.predict(X[:7], return_std=True)
     m0, s0 = raw.predict(X[:7], return_std=True)
     np.testing.assert_allclose(m1, m0)
@@ -295,26 +230,27 @@ def test_variance_calibration_widens_only_the_variance():
                                rtol=1e-10)
     assert cal.noise_variance_ == raw.noise_variance_
     svi = DBKRegressor(**{**SMALL, "max_iter": 3}, inference="svi").fit(X, y)
-    assert svi.calibration_factor_ == 1.0
+    assert svi.calibration_factor_ == 1.0 and svi.calibration_ is None
 
 
 def test_student_t_calibration_reads_the_dense_loo_residuals():
-    """The default ``"student_t"``: :func:`student_t_calibration` of the leave-one-out
-    residuals with the scale test gated at ``DBK_MAX_TEST_DF`` degrees of freedom; where the
-    factor is at least 1 on both, the same 95 % intervals as ``"loo"`` with a
+    """The default ``"auto"`` runs ``"student_t"``: :func:`student_t_calibration` of the
+    leave-one-out residuals with the scale test gated at ``DBK_MAX_TEST_DF`` degrees of
+    freedom; where the
+    factor is at least 1 on both, the same 95 % intervals as ``"gaussian"`` with a
     heavier-tailed density."""
     from skbnngp._backend import student_t_calibration
     from skbnngp._dbk import DBK_MAX_TEST_DF
     X, y = _data(n=150, seed=5)
     y = y + 0.5 * stats.t.rvs(1.5, size=150, random_state=2)  # heavy-tailed noise
     reg = DBKRegressor(**SMALL).fit(X, y)
-    assert reg.variance_calibration == "student_t"
+    assert (reg.calibration, reg.calibration_) == ("auto", "student_t")
     z = _dense_loo_z(reg, X, y)
     df, k = student_t_calibration(z, max_test_df=DBK_MAX_TEST_DF)
     assert np.isfinite(df) and df < 10  # the residuals' tails are heavy
     assert reg.predictive_df_ == df
     assert reg.calibration_factor_ == pytest.approx(k, rel=1e-8)
-    loo = DBKRegressor(**SMALL, variance_calibration="loo").fit(X, y)
+    loo = DBKRegressor(**SMALL, calibration="gaussian").fit(X, y)
     assert loo.predictive_df_ == np.inf
     dist, dist0 = reg.predict_dist(X[:9]), loo.predict_dist(X[:9])
     assert isinstance(dist.dist, type(stats.t)) and isinstance(dist0.dist, type(stats.norm))

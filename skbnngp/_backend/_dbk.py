@@ -1,0 +1,399 @@
+"""The deep basis kernel (DBK) numerics: training objectives, the variational state, the
+exact posterior with the variance correction, the choice of noise and prior scale, and the
+leave-one-out residuals (Zhu, Yuchi & Xie, arXiv:2505.18526, §3.2-3.3).
+
+The features ``feat(X)`` (n x r) of a network define the kernel ``Phi Phi^T``; the variance
+correction adds ``c_i = M - |phi_i|^2`` (``M`` the largest ``|phi_i|^2`` over the data) to the
+diagonal (eq. 12). Every full pass over the data runs in row blocks of ``chunk`` rows, so no
+n x r matrix is formed after training. The Bayesian-linear-regression algebra itself is
+:mod:`._blr`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from ._blr import (BLREvidence, BLRPosterior, DiagNoiseEvidence, blr_fit_scales,
+                   blr_log_evidence, blr_log_evidence_diag, blr_posterior, blr_stats)
+from ._chunks import chunked_apply, iter_slices
+from ._device import to_float
+
+#: The re-chosen noise variance (held-out selection) is at least this fraction of the held-out
+#: rows' mean squared error under the trained model: without it the held-out evidence can
+#: send the noise to its lower bound, since the correction already acts as a noise on every
+#: row but the one with the largest ``|phi|^2`` (User Guide of DBK, "Calibration").
+HELDOUT_NOISE_FLOOR = 0.1
+#: Rows with the largest recorded ``|phi|^2`` evaluated with every SVI batch, so that the
+#: trace regulariser's ``M`` is the data maximum rather than the batch's (see :func:`svi_loss`).
+N_CHAMPIONS = 8
+
+
+def softplus_inv(v):
+    return v + math.log(-math.expm1(-v))
+
+
+# ============================================================================ objectives
+def trace_penalty(Phi, noise, max_prior_var=None):
+    """``tr(C) / (2 noise)`` with ``c_i = M - |phi_i|^2`` over the rows of ``Phi`` (eq. 11).
+
+    ``M`` is ``max_prior_var`` when given (the largest prior variance over the whole data,
+    of which ``Phi`` is a mini-batch), else the largest over the rows of ``Phi``; the
+    gradient flows through the max."""
+    kappa = Phi.square().sum(1)
+    M = kappa.max() if max_prior_var is None else max_prior_var
+    return (Phi.shape[0] * M - kappa.sum()) / (2 * noise)
+
+
+def exact_objective(Phi, Y, noise, correction=True, objective="bound", trace_weight=None):
+    """The full-batch training objective, summed over targets.
+
+    ``objective="bound"``: ``log p(Y)`` (eq. 5) minus ``trace_weight`` times the trace
+    regulariser ``tr(C)/(2 noise)`` per target; with weight 1 the paper's lower bound
+    (eq. 11) on the evidence of the corrected kernel. ``"evidence"``: that evidence itself,
+    ``log N(Y; 0, Phi Phi^T + diag(M - |phi_i|^2) + noise I)`` (the kernel that predicts,
+    eq. 12; its correction is a diagonal, so it costs O(n r^2) like eq. 5), minus
+    ``trace_weight`` times the same regulariser. ``trace_weight=None``: 1 for the bound, 0
+    for the evidence. Without ``correction`` both are eq. (5)."""
+    if trace_weight is None:
+        trace_weight = 1.0 if objective == "bound" else 0.0
+    if not correction:
+        return blr_log_evidence(Phi, Y, noise)
+    if objective == "evidence":
+        kappa = Phi.square().sum(1)
+        J = blr_log_evidence_diag(Phi, Y, noise + (kappa.max() - kappa))
+    else:
+        J = blr_log_evidence(Phi, Y, noise)
+    if trace_weight:
+        J = J - trace_weight * Y.shape[1] * trace_penalty(Phi, noise)
+    return J
+
+
+def kl_to_prior(m, L):
+    """``sum_c KL(N(m_c, L L^T) || N(0, I))`` for the columns of ``m`` (eq. 8)."""
+    r, C = m.shape
+    return 0.5 * (m.square().sum() + C * (L.square().sum()
+                                         - 2 * torch.log(L.diagonal().abs()).sum() - r))
+
+
+def svi_objective(Phi, Y, m, L, noise, n, correction=True, max_prior_var=None):
+    """Mini-batch ELBO of eq. (9) for a batch of ``b`` rows out of ``n``, minus the
+    stochastic trace regulariser ``(n/b) sum_batch (M - |phi_i|^2) / (2 noise)``, an
+    unbiased estimate of ``tr(C) / (2 noise)`` when ``max_prior_var`` is the data maximum
+    ``M`` (``None``: the batch maximum, the paper's eq. 9 text, biased low); with ``b = n``
+    and no correction it is the ELBO of eq. (8)."""
+    b, C = Y.shape
+    fit = (-0.5 * b * C * torch.log(2 * math.pi * noise)
+           - ((Y - Phi @ m).square().sum() + C * (Phi @ L).square().sum()) / (2 * noise))
+    if correction:
+        fit = fit - C * trace_penalty(Phi, noise, max_prior_var)
+    return (n / b) * fit - kl_to_prior(m, L)
+
+
+class DBKState:
+    """The trainable tensors of a DBK model besides the network.
+
+    ``noise = lower + softplus(raw_noise)``; for SVI, the variational mean ``m`` (r x C) and
+    ``L = tril(raw_L, -1) + diag(softplus(raw_diag))`` (shared by every target).
+    """
+
+    def __init__(self, r, C, noise_init, lower, svi, device, dtype):
+        self.lower = float(lower)
+        raw = softplus_inv(max(noise_init - lower, 1e-12))
+        self.raw_noise = torch.tensor(raw, dtype=dtype, device=device, requires_grad=True)
+        self.svi = svi
+        if svi:
+            self.m = torch.zeros(r, C, dtype=dtype, device=device, requires_grad=True)
+            self.raw_L = torch.zeros(r, r, dtype=dtype, device=device, requires_grad=True)
+            self.raw_diag = torch.full((r,), softplus_inv(1.0), dtype=dtype, device=device,
+                                       requires_grad=True)
+
+    @classmethod
+    def from_posterior(cls, mean, factor, noise, lower):
+        """SVI state with ``q(w) = N(mean, factor factor^T)`` and the given noise (a fitted
+        model continued by ``partial_fit``)."""
+        state = cls(mean.shape[0], mean.shape[1], max(2 * lower, noise), lower, True,
+                    mean.device, mean.dtype)
+        with torch.no_grad():
+            state.raw_noise.fill_(softplus_inv(max(noise - lower, 1e-12)))
+            state.m.copy_(mean)
+            state.raw_L.copy_(torch.tril(factor, -1))
+            d = factor.diagonal().clamp(min=1e-12)
+            state.raw_diag.copy_(d + torch.log(-torch.expm1(-d)))
+        return state
+
+    def clone(self):
+        """An independent copy (new leaf tensors with the same values)."""
+        new = copy.copy(self)
+        for key in ("raw_noise", "m", "raw_L", "raw_diag"):
+            if hasattr(self, key):
+                setattr(new, key, getattr(self, key).detach().clone().requires_grad_(True))
+        return new
+
+    def posterior(self):
+        """The variational posterior ``q(w)`` (None without SVI) and the noise, detached."""
+        with torch.no_grad():
+            q = (BLRPosterior(self.m.detach().clone(), self.L().detach().clone())
+                 if self.svi else None)
+            return q, self.noise().detach()
+
+    def params(self):
+        return [self.raw_noise] + ([self.m, self.raw_L, self.raw_diag] if self.svi else [])
+
+    def noise(self):
+        return self.lower + torch.nn.functional.softplus(self.raw_noise)
+
+    def L(self):
+        return torch.tril(self.raw_L, -1) + torch.diag(torch.nn.functional.softplus(
+            self.raw_diag))
+
+
+def exact_loss(feat, state, X, Y, correction, objective, trace_weight):
+    """Negative per-datum full-batch objective (:func:`exact_objective`), as the trainer's
+    ``loss(rows, epoch)``."""
+    n, C = Y.shape
+
+    def loss(rows, epoch):
+        J = exact_objective(feat(X), Y, state.noise(), correction, objective, trace_weight)
+        return -J / (n * C)
+    return loss
+
+
+def svi_loss(feat, state, data, correction):
+    """Negative per-datum mini-batch ELBO (eq. 9) minus the stochastic trace regulariser.
+
+    With the correction, ``M`` of the regulariser estimates the maximum of ``|phi(x)|^2``
+    over the training rows (eq. 11), not over the batch: ``data["kappa"]`` holds every row's
+    ``|phi|^2`` as last measured (a full pass at the start, then the rows of each batch), and
+    each step also evaluates the :data:`N_CHAMPIONS` rows with the largest recorded values.
+    ``M`` is the largest *current* value among the batch and those rows, so the gradient of
+    ``n M`` always reaches a row evaluated now (a stale record used as ``M`` would be a
+    constant: no pressure on the maximum while every other norm is pushed up, and the norms
+    ran away). The table is local to the call; nothing fitted changes.
+    """
+
+    def loss(rows, epoch):
+        n, C = data["n"], data["Y"].shape[1]
+        if not correction:
+            Phi, M = feat(data["X"][rows]), None
+        else:
+            table = data["kappa"]
+            top = torch.topk(table, min(N_CHAMPIONS, table.shape[0])).indices
+            idx = torch.cat([rows, top])
+            Phi_all = feat(data["X"][idx])
+            kappa = Phi_all.square().sum(1)
+            Phi, M = Phi_all[:rows.shape[0]], kappa.max()
+            with torch.no_grad():
+                table[idx] = kappa.detach()
+        J = svi_objective(Phi, data["Y"][rows], state.m, state.L(), state.noise(), n,
+                          correction, max_prior_var=M)
+        return -J / (n * C)
+    return loss
+
+
+# ============================================================================ full passes
+def scaled_features(net, scale):
+    """The feature map ``x -> scale * net(x)`` (``net`` itself for scale 1)."""
+    if scale == 1.0:
+        return net
+    return lambda X: scale * net(X)
+
+
+def features(feat, X, chunk):
+    """``feat(X)`` in row blocks, without a graph."""
+    with torch.no_grad():
+        return chunked_apply(feat, X, chunk)
+
+
+def prior_vars(feat, X, chunk):
+    """``|phi(x_i)|^2`` for every row, in row blocks (no graph)."""
+    with torch.no_grad():
+        return torch.cat([feat(X[sl]).square().sum(1) for sl in iter_slices(X.shape[0], chunk)])
+
+
+def max_prior_var(feat, X, chunk, at_least=None):
+    """``max_i |phi(x_i)|^2`` in row blocks (never the n x r feature matrix), and at least
+    ``at_least`` when given (the running maximum of ``partial_fit``)."""
+    with torch.no_grad():
+        M = None
+        for sl in iter_slices(X.shape[0], chunk):
+            m = feat(X[sl]).square().sum(1).max()
+            M = m if M is None else torch.maximum(M, m)
+        return M if at_least is None else torch.clamp(M, min=at_least)
+
+
+def stats(feat, X, Y, chunk, M=None, s2=None):
+    """``(Phi^T W Phi, Phi^T W Y)`` in row blocks, with the weights ``s2 / (s2 + M -
+    |phi_i|^2)`` of the correction (eq. 12) when ``M`` is given."""
+    G = B = None
+    with torch.no_grad():
+        for sl in iter_slices(X.shape[0], chunk):
+            Phi = feat(X[sl])
+            w = None if M is None else s2 / (s2 + (M - Phi.square().sum(1)))
+            g, b = blr_stats(Phi, Y[sl], w)
+            G, B = (g, b) if G is None else (G + g, B + b)
+    return G, B
+
+
+def exact_posterior(feat, X, Y, s2, correction, chunk, *, warn=True, context="DBK"):
+    """Weight posterior (eq. 6, or eq. 12 with the correction) and ``M``, in row blocks."""
+    M = max_prior_var(feat, X, chunk)
+    G, B = stats(feat, X, Y, chunk, M if correction else None, s2)
+    post = blr_posterior(G, B, s2, warn=warn, context=f"{context}: Phi^T Phi + noise I")
+    return post, M
+
+
+def evidence(feat, X, Y, chunk):
+    """:class:`BLREvidence` of ``(X, Y)`` under the features ``feat`` (eq. 5, row blocks)."""
+    G, B = stats(feat, X, Y, chunk)
+    return BLREvidence(G, B, to_float(Y.square().sum()), X.shape[0])
+
+
+def chunked_elbo(feat, X, Y, post, s2, chunk):
+    """The ELBO of eq. (8) on all of ``(X, Y)``, in row blocks."""
+    total = 0.0
+    with torch.no_grad():
+        for sl in iter_slices(Y.shape[0], chunk):
+            b = Y[sl].shape[0]
+            total += to_float(svi_objective(feat(X[sl]), Y[sl], post.mean, post.factor, s2, b,
+                                            correction=False)
+                              + kl_to_prior(post.mean, post.factor))
+        return total - to_float(kl_to_prior(post.mean, post.factor))
+
+
+def correction_term(Phi, M, correction):
+    """The variance correction ``max(M - |phi|^2, 0)`` of each row (0 without it)."""
+    return torch.clamp(M - Phi.square().sum(1), min=0.0) if correction else 0.0
+
+
+def moments(post, Phi, s2, M, correction, include_noise=True):
+    """Normalised predictive mean (m x C) and variance (m,) at features ``Phi``."""
+    mean, var = post.predict(Phi)
+    var = var + correction_term(Phi, M, correction)
+    return mean, var + s2 if include_noise else var
+
+
+def predictive(feat, X, post, s2, M, correction, chunk, include_noise=True, full_cov=False):
+    """Normalised predictive mean (m x C) and variance (m,), or covariance (m x m) whose
+    diagonal is that variance (the correction and the noise act on the diagonal only)."""
+    Phi = features(feat, X, chunk)
+    with torch.no_grad():
+        mean, var = moments(post, Phi, s2, M, correction, include_noise=include_noise)
+        if not full_cov:
+            return mean, var
+        V = post.covariance(Phi)
+        V.diagonal().copy_(var)
+        return mean, V
+
+
+def validation_nll(post_fn, feat, Xv, Yv, state, correction, chunk):
+    """``score()``: the mean Gaussian predictive NLL of ``(Xv, Yv)`` under the posterior that
+    ``post_fn()`` returns with ``M`` (the trainer's validation score)."""
+    def score():
+        post, M = post_fn()
+        s2 = state.noise()
+        total = 0.0
+        for sl in iter_slices(Xv.shape[0], chunk):
+            mean, var = moments(post, feat(Xv[sl]), s2, M, correction)
+            nll = 0.5 * (torch.log(2 * math.pi * var).unsqueeze(1)
+                         + (Yv[sl] - mean).square() / var.unsqueeze(1))
+            total = total + nll.sum()
+        return to_float(total) / Yv.numel()
+    return score
+
+
+def loo_residuals(feat, X, Y, post, s2, M, correction, chunk):
+    """Standardised leave-one-out residuals (n x C) of the rows, in row blocks.
+
+    With ``d_i = s2 + c_i`` the noise and correction of row ``i``, ``mu_i`` and ``s_i`` its
+    posterior mean and latent variance given every row, the posterior without row ``i``
+    predicts ``y_i`` with residual ``(y_i - mu_i) / (1 - s_i / d_i)`` and variance
+    ``d_i^2 / (d_i - s_i)``; their ratio is ``(y_i - mu_i) / sqrt(d_i - s_i)``.
+    """
+    z = torch.empty_like(Y)  # allocated once
+    with torch.no_grad():
+        for sl in iter_slices(X.shape[0], chunk):
+            Phi = feat(X[sl])
+            mean, var_f = post.predict(Phi)
+            d = s2 + correction_term(Phi, M, correction)
+            gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
+            z[sl] = (Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1)
+    return z
+
+
+# ============================================================================ scale choice
+def heldout_mse(Phi, Y, k, noise, c=None):
+    """Mean squared error on rows ``k:`` of the posterior mean given rows ``:k`` of the
+    Bayesian linear model ``Y = Phi w + e``, ``w ~ N(0, I)``, ``e_i ~ N(0, noise + c_i)``:
+    the weighted statistics and posterior (weights ``1 / (noise + c_i)``, unit prior),
+    O(n r^2)."""
+    d = torch.full((k,), noise, dtype=Phi.dtype, device=Phi.device)
+    if c is not None:
+        d = d + c[:k]
+    G, B = blr_stats(Phi[:k], Y[:k], d.reciprocal())
+    mean = blr_posterior(G, B, 1.0, context="held-out noise floor").mean
+    return float((Y[k:] - Phi[k:] @ mean).square().mean())
+
+
+def choose_scales(Phi, Y, c, noise, k, noise_lower_bound):
+    """``(prior_scale, noise)`` maximising the exact evidence of the kernel
+    ``a (Phi Phi^T + diag(c)) + noise I``: of all rows, or with ``k`` the evidence of rows
+    ``k:`` given rows ``:k`` (held out), the noise then floored at the larger of
+    :data:`HELDOUT_NOISE_FLOOR` times their mean squared error under the trained model and
+    the noise that the evidence of all rows chooses (a small validation split that misses
+    the outliers of heavy-tailed noise would otherwise send the held-out choice far below
+    it)."""
+    ev = DiagNoiseEvidence(Phi, Y, c)  # the O(n r^2) statistics, formed once
+    cond, floor = None, noise_lower_bound
+    if k is not None:
+        cond = DiagNoiseEvidence(Phi[:k], Y[:k], None if c is None else c[:k])
+        floor = max(floor, HELDOUT_NOISE_FLOOR * heldout_mse(Phi, Y, k, noise, c))
+        floor = max(floor, blr_fit_scales(ev, 1.0, noise,
+                                          noise_lower_bound=noise_lower_bound)[1])
+    return blr_fit_scales(ev, 1.0, max(noise, floor), condition=cond,
+                          noise_lower_bound=floor)
+
+
+def select_scales(feat, X, Y, s2, correction, k, noise_lower_bound, chunk):
+    """:func:`choose_scales` on the features of ``(X, Y)`` (in float64 always), with the
+    kernel of the model that predicts: ``Phi Phi^T + diag(M - |phi_i|^2)`` with the
+    correction (eq. 12). ``k``: the number of training rows (the rest held out), or None
+    for the evidence of all rows."""
+    Phi = features(feat, X, chunk).double()
+    kappa = Phi.square().sum(1)
+    c = (kappa.max() - kappa) if correction else None
+    return choose_scales(Phi, Y.double(), c, s2, k, noise_lower_bound)
+
+
+def condition_exact(net, scale, X, Y, s2, correction, k, selection, noise_lower_bound, chunk,
+                    context="DBK"):
+    """The exact model after training, with the network fixed: the prior scale ``a`` and the
+    noise chosen by ``selection`` (``"heldout"``: the evidence of rows ``k:`` given rows
+    ``:k``, or of all rows when ``k`` is None; ``"evidence"``: of all rows; None: ``a = 1``
+    and the trained noise ``s2``), then the posterior on every row of ``(X, Y)``.
+
+    Returns ``(scale * sqrt(a), a, noise, posterior, M, log_evidence)``, the log evidence
+    (eq. 5) of all rows at ``a`` and that noise; ``noise`` is a tensor like ``s2``.
+    """
+    feat = scaled_features(net, scale)
+    a, s2_new = 1.0, float(s2)
+    if selection is not None:
+        a, s2_new = select_scales(feat, X, Y, s2_new, correction,
+                                  k if selection == "heldout" else None, noise_lower_bound,
+                                  chunk)
+    log_ev = evidence(feat, X, Y, chunk)(a, s2_new)
+    scale = scale * math.sqrt(a)
+    noise = torch.tensor(s2_new, dtype=X.dtype, device=X.device)
+    post, M = exact_posterior(scaled_features(net, scale), X, Y, noise, correction, chunk,
+                              context=context)
+    return scale, a, noise, post, M, log_ev
+
+
+__all__ = ["DBKState", "HELDOUT_NOISE_FLOOR", "N_CHAMPIONS", "choose_scales", "chunked_elbo",
+           "condition_exact", "correction_term", "evidence", "exact_loss", "exact_objective",
+           "exact_posterior", "features", "heldout_mse", "kl_to_prior", "loo_residuals",
+           "max_prior_var", "moments", "predictive", "prior_vars", "scaled_features", "select_scales",
+           "softplus_inv", "stats", "svi_loss", "svi_objective", "trace_penalty",
+           "validation_nll"]
