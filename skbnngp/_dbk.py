@@ -24,8 +24,9 @@ from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, aut
 from ._backend import _dbk as dbk
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_hidden_layer_sizes, fit_input_scaling, fit_transaction,
-                    held_out_split, transactional, user_network, warn_training)
-from ._calibration import REGRESSOR_CALIBRATION
+                    duplicate_groups, held_out_split, transactional, user_network,
+                    warn_training)
+from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
                                     validate_data)
@@ -420,7 +421,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         fit_input_scaling(self, X, self.normalize_X, "minmax_half")
         Y = self._normalise_targets(y)
         tr, va = held_out_split(self, X.shape[0], rng, self._validation_fraction()
-                                if self.early_stopping else None)
+                                if self.early_stopping else None, X=X)
         if self.n_basis >= len(tr):
             warnings.warn(f"{name}: n_basis={self.n_basis} >= the {len(tr)} training rows: "
                           "the kernel has at least as many basis functions as data, so the "
@@ -488,8 +489,14 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 self.elbo_ = None
                 method = {"auto": "student_t"}.get(self.calibration, self.calibration)
                 if method is not None:
-                    z = dbk.loo_residuals(feat, Xall, Yall, post, s2, M, correction, chunk)
-                    self._fit_calibration(method, to_numpy(z), max_test_df=DBK_MAX_TEST_DF)
+                    groups = duplicate_groups(to_numpy(Xall))
+                    z, v = dbk.loo_residuals(feat, Xall, Yall, post, s2, M, correction,
+                                             chunk, groups)
+                    z, v = to_numpy(z), to_numpy(v)
+                    share = float(np.median(np.minimum(to_float(s2) / v, 1.0)))
+                    self._fit_calibration(method, z, max_test_df=DBK_MAX_TEST_DF,
+                                          near_noiseless=near_noiseless(
+                                              z * np.sqrt(v)[:, None], to_numpy(Yall), share))
                     self.calibration_ = method
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve
         self.validation_scores_, self.best_iteration_ = res.validation_scores, res.best_epoch

@@ -6,12 +6,13 @@ import warnings
 import numpy as np
 import pytest
 
-from skbnngp import MixedActivationGPRegressor, RichBLLRegressor, StudentTProcessRegressor
+from skbnngp import (DBKRegressor, MixedActivationGPRegressor, RichBLLRegressor,
+                     StudentTProcessRegressor)
 from skbnngp._base import held_out_split
 from skbnngp.exceptions import HeavyTailWarning
 
 GP_REGRESSORS = [StudentTProcessRegressor, MixedActivationGPRegressor]
-HELD_OUT = [RichBLLRegressor]
+HELD_OUT = [RichBLLRegressor, DBKRegressor]
 
 
 def _coverage(model, X, y, level=0.95):

@@ -20,6 +20,7 @@ from ._blr import (BLREvidence, BLRPosterior, DiagNoiseEvidence, blr_fit_scales,
                    blr_log_evidence, blr_log_evidence_diag, blr_posterior, blr_stats)
 from ._chunks import chunked_apply, iter_slices
 from ._device import to_float
+from ._linalg import stable_cholesky
 
 #: The re-chosen noise variance (held-out selection) is at least this fraction of the held-out
 #: rows' mean squared error under the trained model: without it the held-out evidence can
@@ -304,15 +305,22 @@ def validation_nll(post_fn, feat, Xv, Yv, state, correction, chunk):
     return score
 
 
-def loo_residuals(feat, X, Y, post, s2, M, correction, chunk):
+def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=()):
     """Standardised leave-one-out residuals (n x C) of the rows, in row blocks.
 
     With ``d_i = s2 + c_i`` the noise and correction of row ``i``, ``mu_i`` and ``s_i`` its
     posterior mean and latent variance given every row, the posterior without row ``i``
     predicts ``y_i`` with residual ``(y_i - mu_i) / (1 - s_i / d_i)`` and variance
     ``d_i^2 / (d_i - s_i)``; their ratio is ``(y_i - mu_i) / sqrt(d_i - s_i)``.
+
+    The rows of each of ``groups`` (index arrays of rows that repeat one input) are left out
+    together: with ``S`` their posterior latent covariance and ``D`` their noise, the
+    block ``B = D^-1 - D^-1 S D^-1`` of the inverse kernel gives residuals
+    ``B^-1 D^-1 (y - mu)`` and covariance ``B^-1`` (a twin left in would predict its row).
+    Returns ``z`` and the leave-one-out predictive variances (n,).
     """
     z = torch.empty_like(Y)  # allocated once
+    var = Y.new_empty(Y.shape[0])  # the leave-one-out predictive variances
     with torch.no_grad():
         for sl in iter_slices(X.shape[0], chunk):
             Phi = feat(X[sl])
@@ -320,7 +328,19 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk):
             d = s2 + correction_term(Phi, M, correction)
             gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
             z[sl] = (Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1)
-    return z
+            var[sl] = d * d / gap
+        for g in groups:
+            rows = torch.as_tensor(g, device=X.device)
+            Phi = feat(X[rows])
+            mean, _ = post.predict(Phi)
+            dinv = (s2 + correction_term(Phi, M, correction)).reciprocal()
+            B = -(dinv[:, None] * post.covariance(Phi) * dinv[None, :])
+            B.diagonal().add_(dinv)
+            Binv = torch.cholesky_inverse(stable_cholesky(B, context="leave-group-out")[0])
+            e = Binv @ (dinv[:, None] * (Y[rows] - mean))
+            var[rows] = Binv.diagonal().clamp_min(torch.finfo(e.dtype).tiny)
+            z[rows] = e / var[rows].sqrt()[:, None]
+    return z, var
 
 
 # ============================================================================ scale choice
