@@ -17,8 +17,8 @@ from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, iter_slices, make
 from ._backend._calibration import fit_temperature
 from ._backend._fid_network import (PREDICT_ROWS, AnnealedELBO, build_network, draw_logits,
                                     entropy_split, kl_factor, lambdas, network_from_state,
-                                    mean_probs, network_kl, network_state,
-                                    shrink_to_budget, tempered_softmax)
+                                    layer_shapes, mean_probs, network_kl, network_state,
+                                    tempered_softmax, train_batch_size)
 from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_bases
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
@@ -51,13 +51,6 @@ OOD_METHOD, OOD_ENERGY, OOD_MAX_FIT_ROWS = "combined", 0.99, 5000
 WARM_REFIT_FRAC = 0.1
 #: Most probabilities :meth:`FiDGPClassifier.sample_proba` returns at once (2 GiB).
 MAX_SAMPLE_ELEMENTS = 2**28
-
-
-def train_batch_size(batch_size, n):
-    """Rows per step: ``batch_size``, or for ``"auto"`` ``min(n, max(100, ceil(n / 8)))``."""
-    if batch_size == "auto":
-        return min(n, max(100, -(-n // 8)))
-    return batch_size
 
 
 def _warm_epochs(max_iter):
@@ -335,23 +328,9 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         if self.flow_length > 0:
             from ._backend._flows import require_zuko
             require_zuko()
-        shapes, flows = [], []
-        for i in range(n_lin):
-            if i not in chosen:
-                shapes.append(None)
-                flows.append(None)
-                continue
-            d_out, d_in = widths[i + 1], widths[i] + 1
-            R, C = min(self.inducing_rows, d_out), min(self.inducing_cols, d_in)
-            flow = self.flow_length > 0 and (i < n_lin - 1 or FLOW_ON_OUTPUT_LAYER)
-            if self.layer_budget is not None:
-                # the output layer keeps its rank (K unless inducing_rows < K)
-                R, C, flow = shrink_to_budget(
-                    d_out, d_in, R, C, flow, self.layer_budget * d_out * d_in,
-                    flow_hidden=FLOW_HIDDEN, flow_length=self.flow_length,
-                    min_rank=R if i == n_lin - 1 else 1)
-            shapes.append((R, C))
-            flows.append(bool(flow))
+        shapes, flows = layer_shapes(widths, chosen, self.inducing_rows, self.inducing_cols,
+                                     self.flow_length, self.layer_budget,
+                                     FLOW_ON_OUTPUT_LAYER, FLOW_HIDDEN)
         return dict(widths=widths, shapes=shapes, flows=flows, activation=self.activation,
                     flow_length=int(self.flow_length), prior_sd=float(self.prior_sd),
                     flow_hidden=FLOW_HIDDEN, flow_dropout=FLOW_DROPOUT,
@@ -588,9 +567,14 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
 
     def _draw_probs(self, X, n_samples, seed):
         """Softmax probabilities (at ``temperature_``) under ``n_samples`` weight draws:
-        (S, n, K) tensor."""
-        probs = tempered_softmax(self._draw_logits(self._input(X), n_samples, seed),
-                                 self.temperature_)
+        (S, n, K) tensor, refused above :data:`MAX_SAMPLE_ELEMENTS` values."""
+        Xt = self._input(X)
+        size = int(n_samples) * Xt.shape[0] * len(self.classes_)
+        if size > MAX_SAMPLE_ELEMENTS:
+            raise ValueError(f"n_samples={plain(n_samples)} draws of {Xt.shape[0]} rows x "
+                             f"{len(self.classes_)} classes make {size:.3g} probabilities, "
+                             f"more than {MAX_SAMPLE_ELEMENTS:.3g}; ask for fewer at a time.")
+        probs = tempered_softmax(self._draw_logits(Xt, int(n_samples), seed), self.temperature_)
         if probs is None:
             raise ValueError(f"{type(self).__name__}: the predicted probabilities at X are not "
                              "finite (X may lie far outside the training range); rescale X.")
@@ -619,18 +603,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         check_is_fitted(self)
         seed = self._predict_seed if random_state is None else int(
             check_random_state(random_state).randint(np.iinfo(np.int32).max))
-        Xt = self._input(X)
-        size = int(S) * Xt.shape[0] * len(self.classes_)
-        if size > MAX_SAMPLE_ELEMENTS:
-            raise ValueError(f"n_samples={plain(S)} draws of {Xt.shape[0]} rows x "
-                             f"{len(self.classes_)} classes make {size:.3g} probabilities, "
-                             f"more than {MAX_SAMPLE_ELEMENTS:.3g} ({MAX_SAMPLE_ELEMENTS * 8 / 2**30:.0f} "
-                             "GiB); ask for fewer draws or rows at a time.")
-        probs = tempered_softmax(self._draw_logits(Xt, int(S), seed), self.temperature_)
-        if probs is None:
-            raise ValueError(f"{type(self).__name__}: the predicted probabilities at X are not "
-                             "finite (X may lie far outside the training range); rescale X.")
-        return to_numpy(probs)
+        return to_numpy(self._draw_probs(X, S, seed))
 
     def predict_proba(self, X):
         """Class probabilities: the softmax averaged over ``n_predict_samples`` weight draws.

@@ -37,6 +37,38 @@ def layer_parameter_count(d_out, d_in, rows, cols, flow_hidden=16, flow=True, fl
     return n
 
 
+def train_batch_size(batch_size, n):
+    """Rows per step: ``batch_size``, or for ``"auto"`` ``min(n, max(100, ceil(n / 8)))``."""
+    if batch_size == "auto":
+        return min(n, max(100, -(-n // 8)))
+    return batch_size
+
+
+def layer_shapes(widths, chosen, rows, cols, flow_length, budget, flow_on_output,
+                 flow_hidden):
+    """Inducing shape ``(R, C)`` and flow flag of each linear layer between ``widths``
+    (None for the layers outside ``chosen``): ``R, C`` capped by the layer's size and, with
+    a ``budget`` (a fraction of the dense layer's weights), shrunk to it by
+    :func:`shrink_to_budget` (the output layer keeps its rank)."""
+    n_lin = len(widths) - 1
+    shapes, flows = [], []
+    for i in range(n_lin):
+        if i not in chosen:
+            shapes.append(None)
+            flows.append(None)
+            continue
+        d_out, d_in = widths[i + 1], widths[i] + 1
+        R, C = min(rows, d_out), min(cols, d_in)
+        flow = flow_length > 0 and (i < n_lin - 1 or flow_on_output)
+        if budget is not None:
+            R, C, flow = shrink_to_budget(d_out, d_in, R, C, flow, budget * d_out * d_in,
+                                          flow_hidden=flow_hidden, flow_length=flow_length,
+                                          min_rank=R if i == n_lin - 1 else 1)
+        shapes.append((R, C))
+        flows.append(bool(flow))
+    return shapes, flows
+
+
 def shrink_to_budget(d_out, d_in, R, C, flow, limit, *, flow_hidden, flow_length, min_rank=1):
     """``(R, C, flow)`` for a layer of at most ``limit`` parameters: the largest ``R`` (the
     rank of the layer's weights) down to ``min_rank``, keeping ``R < C`` where it was
