@@ -12,7 +12,7 @@ _TRUSTED = (
     "skbnngp._fidgp.FiDGPClassifier",
     "skbnngp._mixed_activation.MixedActivationGPRegressor",
     "skbnngp._rich_bll.RichBLLRegressor",
-    "skbnngp._student_t.StudentTProcessClassifier",
+    "skbnngp._student_t_classifier.StudentTProcessClassifier",
     "skbnngp._student_t.StudentTProcessRegressor",
     # the parameter layout of the mixed-activation GP
     "skbnngp._mixed_activation._Layout",
