@@ -224,8 +224,7 @@ random_state, verbose
             warnings.warn(
                 f"{type(self).__name__}: hyperparameters ended on a bound: "
                 f"{', '.join(chosen['bounds'])}. The probabilities may be over- or "
-                "under-confident; rescale X or set the value and optimizer=None.",
-                ConvergenceWarning, stacklevel=2)
+                "under-confident.", ConvergenceWarning, stacklevel=2)
         self.device_ = self.regressor_.device_
         self.n_iter_ = self.regressor_.n_iter_
         self.converged_ = self.regressor_.converged_
