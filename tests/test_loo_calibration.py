@@ -1,12 +1,15 @@
-"""``variance_calibration="loo"`` of the GP regressors (Student-t process, mixed activation),
+"""The Gaussian leave-one-out calibration of the GP regressors (Student-t process, mixed
+activation: ``calibration="gaussian"``, ``variance_calibration="loo"``),
 and their ``"student_t"`` (the default of both), which reads the same residuals."""
 
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
 from scipy import stats
 
+import skbnngp._student_t as st
 from skbnngp import (MixedActivationGPRegressor, StudentTProcessClassifier,
                      StudentTProcessRegressor)
 from skbnngp._backend import fit_t, fit_t_df, student_t_calibration
@@ -14,9 +17,18 @@ from skbnngp.datasets import load_cpu_performance
 
 #: 30 optimiser iterations: the properties below hold at any hyperparameters.
 _FAST = dict(device="cpu", random_state=0, max_iter=30)
+
+
+def _stp(**kw):
+    """The Student-t process with this file's keyword ``variance_calibration`` (the mixed
+    GP's) read as its ``calibration`` ("loo" is its "gaussian")."""
+    cal = kw.pop("variance_calibration", "loo")
+    return StudentTProcessRegressor(**{**_FAST, "calibration": {"loo": "gaussian"}.get(cal, cal),
+                                       **kw})
+
+
 REGRESSORS = [
-    pytest.param(lambda **kw: StudentTProcessRegressor(
-        **{**_FAST, "variance_calibration": "loo", **kw}), id="student_t"),
+    pytest.param(_stp, id="student_t"),
     pytest.param(lambda **kw: MixedActivationGPRegressor(
         **{**_FAST, "variance_calibration": "loo", **kw}), id="mixed_nystrom"),
     pytest.param(lambda **kw: MixedActivationGPRegressor(
@@ -122,7 +134,8 @@ def test_well_specified_data_keep_a_factor_near_one(make):
 
 def test_not_applied_where_the_predictive_is_not_the_gp_posterior():
     X, y, _, _ = _cpu()
-    ntk = _fit(REGRESSORS[0].values[0], X[:80], y[:80], predictive="ntk_trained")
+    with mock.patch.object(st, "PREDICTIVE", "ntk_trained"):
+        ntk = _fit(REGRESSORS[0].values[0], X[:80], y[:80])
     assert ntk.calibration_factor_ == 1.0
     paper = _fit(REGRESSORS[1].values[0], X[:80], y[:80], preset="paper")
     assert paper.calibration_factor_ == 1.0
@@ -135,9 +148,10 @@ def test_not_applied_where_the_predictive_is_not_the_gp_posterior():
 
 def test_invalid_variance_calibration_is_rejected():
     X, y, _, _ = _cpu()
-    for est in (StudentTProcessRegressor, MixedActivationGPRegressor):
-        with pytest.raises(ValueError, match="variance_calibration"):
-            est(variance_calibration="cv").fit(X, y)
+    with pytest.raises(ValueError, match="calibration"):
+        StudentTProcessRegressor(calibration="cv").fit(X, y)
+    with pytest.raises(ValueError, match="variance_calibration"):
+        MixedActivationGPRegressor(variance_calibration="cv").fit(X, y)
 
 
 # ------------------------------------------------------ "student_t" (the default of both)
@@ -190,10 +204,10 @@ def test_student_t_process_keeps_its_own_tails_on_gaussian_residuals():
     X = rng.uniform(-2, 2, (200, 1))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(200)
     model = _fit(StudentTProcessRegressor, X, y, device="cpu", random_state=0, max_iter=30)
-    assert model.variance_calibration == "student_t"  # the default
+    assert model.calibration == "auto" and model.calibration_ == "student_t"  # the default
     assert model.predictive_df_ == model.df_
     loo = _fit(StudentTProcessRegressor, X, y, device="cpu", random_state=0, max_iter=30,
-               variance_calibration="loo")
+               calibration="gaussian")
     assert model.calibration_factor_ == pytest.approx(loo.calibration_factor_)
     np.testing.assert_allclose(model.predict_dist(X[:5]).kwds["scale"],
                                loo.predict_dist(X[:5]).kwds["scale"], rtol=1e-10)
@@ -212,6 +226,8 @@ def test_student_t_on_fresh_cauchy_noise(est):
     yt = np.sin(2 * xt) + 0.1 * rng.standard_cauchy(20000)
 
     def score(**kw):
+        if est is StudentTProcessRegressor and "variance_calibration" in kw:
+            kw = {"calibration": {"loo": "gaussian"}[kw.pop("variance_calibration")], **kw}
         m = _fit(est, x[:, None], y, device="cpu", random_state=0, **kw)
         dist = m.predict_dist(xt[:, None])
         lo, hi = dist.interval(0.95)

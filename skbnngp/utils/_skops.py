@@ -20,7 +20,6 @@ _TRUSTED = (
     "skbnngp._scale_mixture.DeltaPrior",
     "skbnngp._scale_mixture.InvGammaPrior",
     "skbnngp._scale_mixture.Mixing",
-    "skbnngp._scale_mixture.SampledPrior",
     # the activations of the kernels, by name
     "skbnngp.kernels._activations.Erf",
     "skbnngp.kernels._activations.LeakyReLU",
@@ -51,8 +50,10 @@ def skops_trusted_types():
 
     Notes
     -----
-    Two kinds of model need more: a Student-t prior given as a scipy.stats distribution, and a
-    torch module or activation callable of your own. Add exactly the foreign types that
+    Two kinds of model need more: a Student-t process whose prior is integrated by sampling
+    or quadrature (``inference="snis"`` or ``"quadrature"``, which holds a scipy.stats
+    distribution in ``skbnngp._scale_mixture.SampledPrior``), and a torch module or
+    activation callable of your own. Add exactly the foreign types that
     :func:`skops.io.get_untrusted_types` reports for them after you have checked each one.
     """
     return list(_TRUSTED)
