@@ -10,8 +10,9 @@ With ``calibration="gaussian"`` the fitted model checks itself against its close
 leave-one-out predictions of the training rows and widens its predictive variance by the
 smallest factor ``calibration_factor_ >= 1`` under which the 95 % interval holds 95 % of
 them. The mean does not change. With ``"student_t"`` (what the default ``"auto"`` runs)
-the same residuals also choose the predictive's degrees of freedom, and its scale where a likelihood-ratio test
-says they are narrower than the posterior's (a factor below 1 with heavy tails). The script
+the same residuals also choose the predictive's degrees of freedom, and its scale where a
+likelihood-ratio test says they are narrower than the posterior's (a factor below 1 with
+heavy tails). The script
 cross-validates the model with each setting (5 folds), prints each fold's factor, the 95 %
 coverage and the test NLPD, and plots the observed coverage of the central intervals
 against their nominal level.

@@ -289,7 +289,8 @@ class ClassifierPredictiveMixin:
         -------
         y : ndarray of shape (n_samples,)
         """
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)  # first: it raises NotFittedError before classes_ exists
+        return self.classes_[np.argmax(proba, axis=1)]
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba` (floored at the smallest positive float).
