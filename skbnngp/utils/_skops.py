@@ -20,7 +20,8 @@ _TRUSTED = (
     "skbnngp._scale_mixture.DeltaPrior",
     "skbnngp._scale_mixture.InvGammaPrior",
     "skbnngp._scale_mixture.Mixing",
-    # the activations of the kernels, by name
+    # the activations of the kernels, by name (an activation object saved on its own; a
+    # fitted estimator keeps its activation as a name)
     "skbnngp.kernels._activations.Erf",
     "skbnngp.kernels._activations.LeakyReLU",
     "skbnngp.kernels._activations.ReLU",
