@@ -108,7 +108,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
     prior_shape : float, default=2.0
         Inverse-gamma shape ``a`` (the prior's degrees of freedom are ``2a``); kept fixed
         during the fit, since the evidence pushes it to the Gaussian limit and loses the
-        heavy tails. 2 is the heaviest integer shape whose prior has a finite mean.
+        heavy tails. 2, the paper code's default, is the heaviest integer shape whose prior
+        has a finite mean.
     prior_scale : float, default=2.0
         Inverse-gamma scale ``b`` (initial value; learned with the kernel), or the
         amplitude for ``"gaussian"``.
@@ -158,8 +159,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         hyperparameters; ``None`` keeps the given values. L-BFGS converges in far fewer
         evaluations than the paper's Adam steps.
     n_restarts_optimizer : int, default=0
-        Extra starts drawn log-uniformly inside the bounds; the best result is kept. None
-        by default: the standardised problem rarely has competing optima.
+        Extra starts drawn log-uniformly inside the bounds; the best result is kept. None by
+        default, since each restart costs a full optimisation.
     max_iter : int, default=100
         Iterations (L-BFGS) or steps (Adam) of each optimisation; enough for L-BFGS to
         converge on the embedded data sets.
