@@ -186,6 +186,11 @@ class SampledPrior:
         state["unit_draws"] = torch.as_tensor(state["unit_draws"], device=dev, dtype=dtype)
         self.__dict__.update(state)
 
+    def to_device(self, device):
+        """Move the prior draws to ``device`` (after loading a model onto another device)."""
+        self.unit_draws = torch.as_tensor(self.unit_draws, device=device)
+        self.device = device
+
     # -- prior draws and densities -----------------------------------------------------
     def _draws(self, b):
         return self.unit_draws

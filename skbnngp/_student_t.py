@@ -8,15 +8,14 @@ import numbers
 import warnings
 
 import numpy as np
-import torch
 from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils import check_random_state
 
 from ._backend import as_tensor, gp_predict, to_float, to_numpy
 from ._backend._gp import ExactGP
-from ._backend._student_t import (HYPERPARAMETERS, ard_kernel, ntk_factor, ntk_predict,
-                                  paired_gain, relevance_penalty, unpack)
+from ._backend._student_t import (HYPERPARAMETERS, ard_kernel, from_log, ntk_factor,
+                                  ntk_predict, paired_gain, relevance_penalty, to_log, unpack)
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin, check_bounds,
                     fit_hyperparameters, fit_input_scaling, transactional)
 from ._calibration import REGRESSOR_CALIBRATION
@@ -435,23 +434,22 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         self._prior_obj = self._make_prior(kind, inference, rng, device, dtype)
         engine = self._make_gp(Xt, Yt)
         n_rel = X.shape[1] if self.ard_ else 0
-        theta = torch.log(torch.tensor([float(getattr(self, h)) for h in HYPERPARAMETERS]
-                                       + [1.0] * n_rel, device=device, dtype=dtype))
+        theta = to_log([float(getattr(self, h)) for h in HYPERPARAMETERS] + [1.0] * n_rel,
+                       device, dtype)
         free = [b != "fixed" and h in self._prior_obj.uses + HYPERPARAMETERS[:3]
                 for h, b in zip(HYPERPARAMETERS, bounds)] + [bounds[5] != "fixed"] * n_rel
         bounds = bounds[:5] + [bounds[5]] * n_rel
         free_idx = [i for i, f in enumerate(free) if f]
         self.n_iter_, self.converged_, self.loss_curve_ = 0, True, []
         if self.optimizer is not None and free_idx:
-            box = tuple(torch.log(torch.tensor([bounds[i][j] for i in free_idx], device=device,
-                                               dtype=dtype)) for j in (0, 1))
+            box = tuple(to_log([bounds[i][j] for i in free_idx], device, dtype) for j in (0, 1))
             theta = fit_hyperparameters(
                 self, engine, theta, free_idx, box, rng, method=self.optimizer,
                 max_iter=self.max_iter, tol=self.tol, learning_rate=self.learning_rate_init,
                 subset_size=SUBSET_SIZE, refine_iter=REFINE_ITER,
                 restarts=self.n_restarts_optimizer,
                 penalty=relevance_penalty(settings["relevance_prior"], n_rel))
-        fitted = to_numpy(torch.exp(theta)).tolist()
+        fitted = from_log(theta)
         self.hyperparameters_ = {
             h: (fitted[i] if self.optimizer is not None and free[i] else float(getattr(self, h)))
             for i, h in enumerate(HYPERPARAMETERS)}
@@ -466,10 +464,11 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         f = cache["factor"]
         self.dual_coef_ = to_numpy(f["dual"])
         self.q_ = to_float(f["q"])
-        p = torch.exp(theta)
+        p = cache["p"]
         self.log_marginal_likelihood_value_ = -to_float(f["nll"])
         N = engine.n * engine.C
-        self._posterior = self._prior_obj.posterior(f["q"], f["logdet"], N, engine.C, p[3], p[4])
+        self._posterior = self._prior_obj.posterior(f["q"], f["logdet"], N, engine.C,
+                                                    p["prior_shape"], p["prior_scale"])
         self.effective_sample_size_ = self._prior_obj.effective_sample_size
         post = self._posterior
         self.posterior_shape_ = post.params["shape"] if post.kind == "invgamma" else math.nan
@@ -523,9 +522,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         Xt = as_tensor((self.X_train_ - self._X_offset) / self._X_scale, device, dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         self._engine = self._make_gp(Xt, Yt)
-        self._theta = torch.log(torch.tensor(
-            [self.hyperparameters_[h] for h in HYPERPARAMETERS]
-            + (list(self.relevance_) if self.ard_ else []), device=device, dtype=dtype))
+        self._theta = to_log([self.hyperparameters_[h] for h in HYPERPARAMETERS]
+                             + (list(self.relevance_) if self.ard_ else []), device, dtype)
         return self._factorise()
 
     def __getstate__(self):
@@ -538,8 +536,7 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         super().__setstate__(state)
         obj = self.__dict__.get("_prior_obj")
         if isinstance(obj, SampledPrior):
-            obj.unit_draws = torch.as_tensor(obj.unit_draws, device=self.device_)
-            obj.device = self.device_
+            obj.to_device(self.device_)
 
     # ------------------------------------------------------------------ predict
     def _model_mixing(self):

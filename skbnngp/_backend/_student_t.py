@@ -15,11 +15,21 @@ import torch
 from ._chunks import DEFAULT_BLOCK_ELEMENTS, auto_batch_size, iter_slices
 from ._linalg import cho_solve, stable_cholesky
 
-__all__ = ["HYPERPARAMETERS", "unpack", "ard_kernel", "relevance_penalty", "paired_gain",
+__all__ = ["HYPERPARAMETERS", "to_log", "from_log", "unpack", "ard_kernel", "relevance_penalty", "paired_gain",
            "ntk_factor", "ntk_predict"]
 
 #: Order of the hyperparameter vector (optimised as logarithms; ARD relevances follow).
 HYPERPARAMETERS = ("weight_variance", "bias_variance", "alpha", "prior_shape", "prior_scale")
+
+
+def to_log(values, device, dtype):
+    """The optimised coordinates of positive ``values``: their logarithms, as a tensor."""
+    return torch.log(torch.tensor(values, device=device, dtype=dtype))
+
+
+def from_log(raw):
+    """The values (a list of floats) of the log coordinates ``raw``."""
+    return torch.exp(raw).detach().cpu().numpy().tolist()
 
 
 def unpack(raw):
