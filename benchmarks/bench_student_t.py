@@ -242,15 +242,15 @@ def _claim_scores(dist_logpdf, lo, hi, yt):
 
 
 def claim_models():
-    from sklearn.gaussian_process import GaussianProcessRegressor
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
-    from scipy import stats
-    from skbnngp import StudentTProcessRegressor
-
     import contextlib
     from unittest import mock
 
+    from scipy import stats
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
     import skbnngp._student_t as st
+    from skbnngp import StudentTProcessRegressor
 
     def stp(settings=None, **kw):
         # settings: private module settings of the regressor, patched during its fit

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 import numbers
 import warnings
+from functools import partial
 
 import numpy as np
 from scipy import stats
@@ -14,16 +14,38 @@ from sklearn.utils import check_random_state
 
 from ._backend import as_tensor, gp_predict, to_float, to_numpy
 from ._backend._gp import ExactGP
-from ._backend._student_t import (HYPERPARAMETERS, ard_kernel, from_log, ntk_factor,
-                                  ntk_predict, paired_gain, relevance_penalty, to_log, unpack)
-from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin, check_bounds,
-                    fit_hyperparameters, fit_input_scaling, transactional)
+from ._backend._student_t import (
+    HYPERPARAMETERS,
+    ard_kernel,
+    from_log,
+    ntk_factor,
+    ntk_predict,
+    paired_gain,
+    relevance_penalty,
+    to_log,
+    unpack,
+)
+from ._base import (
+    DEVICE_CONSTRAINT,
+    DTYPE_CONSTRAINT,
+    TorchEstimatorMixin,
+    check_bounds,
+    fit_hyperparameters,
+    fit_input_scaling,
+    transactional,
+)
 from ._calibration import REGRESSOR_CALIBRATION
 from ._predictive import RegressorPredictiveMixin
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
-from .utils._sklearn_compat import (HasMethods, Interval, StrOptions, _fit_context,
-                                    check_is_fitted, validate_data)
+from .utils._sklearn_compat import (
+    HasMethods,
+    Interval,
+    StrOptions,
+    _fit_context,
+    check_is_fitted,
+    validate_data,
+)
 
 #: Box of each hyperparameter during marginal-likelihood maximisation, or ``"fixed"`` (not
 #: optimised). The prior's shape is fixed: the evidence pushes it to the Gaussian limit.

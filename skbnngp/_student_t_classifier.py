@@ -16,7 +16,12 @@ from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
 from ._base import TorchEstimatorMixin, check_class_labels, plain, transactional
 from ._predictive import ClassifierPredictiveMixin
 from ._student_t import StudentTProcessRegressor
-from .utils._sklearn_compat import StrOptions, _fit_context, check_is_fitted, validate_data
+from .utils._sklearn_compat import (
+    StrOptions,
+    _fit_context,
+    check_is_fitted,
+    validate_data,
+)
 
 #: Box of each hyperparameter of the one-hot regressor's evidence fit, or ``"fixed"``. Those
 #: of :class:`StudentTProcessRegressor` except ``alpha``'s, which also spans the
@@ -259,7 +264,7 @@ random_state, verbose
                "w": 0.0 if fixed_w is None else fixed_w}
         if use_loo:
             lo, hi = bounds["alpha"]
-            n_grid = max(2, int(round(LOO_PER_DECADE * math.log10(hi / lo))) + 1)
+            n_grid = max(2, round(LOO_PER_DECADE * math.log10(hi / lo)) + 1)
             alpha_ev = out["alpha_evidence"]
             grid = np.unique(np.append(np.geomspace(lo, hi, n_grid), alpha_ev))
             eng = reg._engine

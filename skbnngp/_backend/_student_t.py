@@ -15,8 +15,17 @@ import torch
 from ._chunks import DEFAULT_BLOCK_ELEMENTS, auto_batch_size, iter_slices
 from ._linalg import cho_solve, stable_cholesky
 
-__all__ = ["HYPERPARAMETERS", "to_log", "from_log", "unpack", "ard_kernel", "relevance_penalty", "paired_gain",
-           "ntk_factor", "ntk_predict"]
+__all__ = [
+    "HYPERPARAMETERS",
+    "ard_kernel",
+    "from_log",
+    "ntk_factor",
+    "ntk_predict",
+    "paired_gain",
+    "relevance_penalty",
+    "to_log",
+    "unpack",
+]
 
 #: Order of the hyperparameter vector (optimised as logarithms; ARD relevances follow).
 HYPERPARAMETERS = ("weight_variance", "bias_variance", "alpha", "prior_shape", "prior_scale")
@@ -52,10 +61,10 @@ def ard_kernel(nngp, depth, activation, ard, p, X1, X2=None, diag=False, ntk=Fal
                 return_ntk=ntk)
 
 
-def relevance_penalty(tau, n_rel, first=len(HYPERPARAMETERS)):
+def relevance_penalty(tau, n_rel, first=5):
     """``penalty(raw) -> (value, grad)``: the negative log of the hyperprior
     ``log r_i - mean_j log r_j ~ N(0, tau^2)`` on the ``n_rel`` log relevances that follow
-    position ``first`` of ``raw`` (up to a constant), or ``None`` when it has no effect
+    position ``first`` of ``raw`` (the five :data:`HYPERPARAMETERS`; up to a constant), or ``None`` when it has no effect
     (``tau`` None or fewer than two relevances). Only the spread is shrunk: the mean's own
     gradient sums to zero."""
     if n_rel < 2 or tau is None:
