@@ -33,8 +33,9 @@ ECE is reported three ways, since the per-fold figure is biased upward on small 
 
 Ablations (``--models`` only): ``fidgp_none``, ``fidgp_temp`` (FiD-GP's ``calibration``),
 ``fidgp_trefit`` (temperature scaling with ``refit=True``),
-``stpc_alpha10`` (the Student-t classifier's old ``alpha_bounds``), ``stpc_lv0``
-(``label_variance=0``, its probabilities before the label variance) and ``stpc_shared``
+``stpc_alpha10`` (the Student-t classifier's old noise box, its private
+``HYPERPARAMETER_BOUNDS["alpha"] = (1e-6, 10)``), ``stpc_lv0`` (its private
+``LABEL_VARIANCE = 0``, the probabilities before the label variance) and ``stpc_shared``
 (``ard=False``, the Student-t classifier's default before ``ard="auto"``).
 
 Targets (issue 20): each classifier's mean NLL over the sets no worse than the better of
@@ -76,20 +77,22 @@ from _harness import (  # noqa: E402
 
 SETS = ("iris", "wine", "breast_cancer", "digits", "overlap", "imbalanced")
 MODELS = ("stpc", "fidgp", "lr", "gpc", "mlp", "ensemble")
-#: Ablations (``--models`` only; not in the full run): name -> (model, parameters)
+#: Ablations (``--models`` only; not in the full run): name -> (model, parameters) or
+#: (model, parameters, private settings of the model's module, patched during its fit)
+_STPC_MODULE = "skbnngp._student_t_classifier"
 VARIANTS = {"fidgp_none": ("fidgp", {"calibration": None}),
             "fidgp_temp": ("fidgp", {"calibration": "temperature", "refit": False}),
             "fidgp_trefit": ("fidgp", {"calibration": "temperature", "refit": True}),
-            "stpc_alpha10": ("stpc", {"alpha_bounds": (1e-6, 10.0)}),
+            "stpc_alpha10": ("stpc", {}, {"HYPERPARAMETER_BOUNDS": {"alpha": (1e-6, 10.0)}}),
             "stpc_shared": ("stpc", {"ard": False}),
-            "stpc_lv0": ("stpc", {"label_variance": 0.0})}
+            "stpc_lv0": ("stpc", {}, {"LABEL_VARIANCE": 0.0})}
 LABELS = {"stpc": "StudentTProcessClassifier", "fidgp": "FiDGPClassifier",
           "fidgp_none": "FiD-GP, calibration=None (the default before 2026-11-27)",
           "fidgp_temp": "FiD-GP, calibration='temperature', refit=False",
           "fidgp_trefit": "FiD-GP, calibration='temperature', refit=True",
-          "stpc_alpha10": "Student-t, alpha_bounds=(1e-6, 10)",
+          "stpc_alpha10": "Student-t, alpha bounds (1e-6, 10)",
           "stpc_shared": "Student-t, ard=False",
-          "stpc_lv0": "Student-t, label_variance=0",
+          "stpc_lv0": "Student-t, no label variance",
           "lr": "LogisticRegression", "gpc": "sklearn GP classifier",
           "mlp": "MLPClassifier", "ensemble": "5-MLP ensemble"}
 METRICS = ("accuracy", "nll", "brier", "ece", "fit_s")
@@ -170,6 +173,34 @@ class MLPEnsembleClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
+def _with_settings(cls, module, settings):
+    """``cls`` whose ``fit`` runs with the private settings of ``module`` patched (a dict
+    setting is merged into the module's own); the fitted model keeps what it needs."""
+    import importlib
+    from unittest import mock
+
+    mod = importlib.import_module(module)
+    patch = {k: ({**getattr(mod, k), **v} if isinstance(v, dict) else v)
+             for k, v in settings.items()}
+
+    class Patched(cls):
+        def fit(self, X, y):
+            with mock.patch.multiple(mod, **patch):
+                return super().fit(X, y)
+
+    Patched.__name__ = Patched.__qualname__ = cls.__name__
+    return Patched
+
+
+def _variant(base, params, settings=None):
+    import skbnngp
+
+    cls = {"fidgp": skbnngp.FiDGPClassifier, "stpc": skbnngp.StudentTProcessClassifier}[base]
+    if settings:
+        cls = _with_settings(cls, {"stpc": _STPC_MODULE}[base], settings)
+    return cls(device="cpu", random_state=0, **params)
+
+
 def make_model(name, n_features):
     from sklearn.linear_model import LogisticRegression
     from sklearn.neural_network import MLPClassifier
@@ -183,9 +214,7 @@ def make_model(name, n_features):
     model = {
         "stpc": lambda: skbnngp.StudentTProcessClassifier(**common),
         "fidgp": lambda: skbnngp.FiDGPClassifier(**common),
-        **{k: (lambda b=b, v=v: {"fidgp": skbnngp.FiDGPClassifier,
-                                 "stpc": skbnngp.StudentTProcessClassifier}[b](**common, **v))
-           for k, (b, v) in VARIANTS.items()},
+        **{k: (lambda spec=spec: _variant(*spec)) for k, spec in VARIANTS.items()},
         "lr": lambda: LogisticRegression(max_iter=1000),
         "gpc": lambda: _sklearn_gpc(n_features),  # isotropic above 20 features
         "mlp": lambda: MLPClassifier(max_iter=1000, random_state=0),

@@ -146,12 +146,14 @@ def run_gpytorch(X, y, Xt, yt, steps=50):
                 nll=gaussian_nll(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))))
 
 
-def run_million(n_train=1000, n_rows=1_000_000, batch_size=16384):
-    """Predict 10^6 rows; peak memory growth should track batch_size x n_train, not n_rows."""
+def run_million(n_train=1000, n_rows=1_000_000):
+    """Predict 10^6 rows; peak memory growth should track the automatic block (rows per
+    block x n_train), not n_rows."""
     from skbnngp import StudentTProcessRegressor
+    from skbnngp._backend import auto_batch_size
     X, y, _, _ = make_data(n_train)
-    reg = StudentTProcessRegressor(random_state=0, device="cpu", batch_size=batch_size,
-                                   max_iter=20).fit(X, y)
+    reg = StudentTProcessRegressor(random_state=0, device="cpu", max_iter=20).fit(X, y)
+    batch_size = auto_batch_size(n_train, None, reg._engine.block)  # rows a predict block
     rng = np.random.default_rng(1)
     Xbig = rng.normal(size=(n_rows, D))
     base = peak_mb()
@@ -240,14 +242,22 @@ def _claim_scores(dist_logpdf, lo, hi, yt):
 
 
 def claim_models():
+    import contextlib
+    from unittest import mock
+
+    from scipy import stats
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
-    from scipy import stats
+
+    import skbnngp._student_t as st
     from skbnngp import StudentTProcessRegressor
 
-    def stp(**kw):
+    def stp(settings=None, **kw):
+        # settings: private module settings of the regressor, patched during its fit
         def run(X, y, Xt, yt):
-            reg = StudentTProcessRegressor(random_state=0, device="cpu", **kw).fit(X, y)
+            reg = StudentTProcessRegressor(random_state=0, device="cpu", **kw)
+            with mock.patch.multiple(st, **settings) if settings else contextlib.nullcontext():
+                reg.fit(X, y)
             dist = reg.predict_dist(Xt)
             lo, hi = dist.interval(0.95)
             out = _claim_scores(dist.logpdf(yt), lo, hi, yt)
@@ -267,13 +277,14 @@ def claim_models():
         return _claim_scores(dist.logpdf(yt), lo, hi, yt)
 
     return {
-        "stp (a=2 fixed, default)": stp(),  # variance_calibration="student_t"
-        "stp (a by evidence)": stp(prior_shape_bounds=(0.5, 1e4)),
+        "stp (a=2 fixed, default)": stp(),  # calibration="auto": the Student-t calibration
+        "stp (a by evidence)": stp({"HYPERPARAMETER_BOUNDS": {
+            **st.HYPERPARAMETER_BOUNDS, "prior_shape": (0.5, 1e4)}}),
         "nngp (Gaussian prior)": stp(prior="gaussian"),
         "sklearn GP (ARD RBF + White)": sk,
-        "stp, variance_calibration=None": stp(variance_calibration=None),
-        "nngp, variance_calibration=None": stp(prior="gaussian", variance_calibration=None),
-        "stp, variance_calibration='loo'": stp(variance_calibration="loo"),
+        "stp, calibration=None": stp(calibration=None),
+        "nngp, calibration=None": stp(prior="gaussian", calibration=None),
+        "stp, calibration='gaussian'": stp(calibration="gaussian"),
     }
 
 
@@ -305,7 +316,7 @@ def claim_markdown(rows, seeds):
              f"d = {CLAIM_D}, {CLAIM_TEST} test rows. `stp - nngp` is the t-process's gain over "
              "the Gaussian NNGP with the same kernel (negative: the t-process wins), with the "
              "standard error of the paired per-seed difference: `paper` between their "
-             "predictives without calibration (`variance_calibration=None`, the paper's "
+             "predictives without calibration (`calibration=None`, the paper's "
              "claim), `default` between the two with the default Student-t calibration. "
              "`df_ of stp` is the evidence's, `predictive df` the default's after the "
              "calibration (mean over seeds).", "",
@@ -323,8 +334,7 @@ def claim_markdown(rows, seeds):
                 cells.append(f"{np.mean([r['nlpd'] for r in mm]):.3f} "
                              f"({np.mean([r['coverage95'] for r in mm]):.2f})")
             gaps = []
-            for a_name, b_name in (("stp, variance_calibration=None",
-                                    "nngp, variance_calibration=None"),
+            for a_name, b_name in (("stp, calibration=None", "nngp, calibration=None"),
                                    ("stp (a=2 fixed, default)", "nngp (Gaussian prior)")):
                 a = np.array([r["nlpd"] for r in sel if r["model"] == a_name])
                 b = np.array([r["nlpd"] for r in sel if r["model"] == b_name])
@@ -408,8 +418,8 @@ def markdown(report):
                      f"{r['peak_mb']:.0f} | {r['nll']:.3f} | {r['rmse']:.3f} | {speed} | {mem} |")
     if "million_rows" in report:
         m = report["million_rows"]
-        lines += ["", f"Predicting {m['n_rows']:,} rows (n_train={m['n_train']}, batch_size="
-                  f"{m['batch_size']}): {m['predict_s']:.1f} s, peak memory growth "
+        lines += ["", f"Predicting {m['n_rows']:,} rows (n_train={m['n_train']}, automatic "
+                  f"blocks of {m['batch_size']} rows): {m['predict_s']:.1f} s, peak memory growth "
                   f"{m['peak_growth_mb']:.0f} MB (one kernel block is {m['block_mb']:.0f} MB, the "
                   f"outputs {m['outputs_mb']:.0f} MB)."]
     if "flops" in report:

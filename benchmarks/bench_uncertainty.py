@@ -10,14 +10,14 @@ calibration error (mean |observed - nominal| over 19 central intervals).
 
 Models (``--models``):
 
-* ``stp`` ``StudentTProcessRegressor`` (its default ``variance_calibration="student_t"``:
-  the leave-one-out residuals choose the predictive t's degrees of freedom, since late on
-  2026-11-26), ``stp_loo`` the same with ``variance_calibration="loo"`` (the t-process's
-  own t widened, the default before; cv, extrap and concrete20), ``stp_auto`` the default
-  with ``ard="auto"`` (ARD only where its leave-one-out densities beat the shared kernel's;
-  cv, cv_folds, extrap and concrete20), ``stp_noprior`` the default with
-  ``relevance_prior=None`` (the ARD relevances by maximum evidence, the default before
-  2026-11-27; cv, cv_folds, extrap and concrete20), ``mixed``
+* ``stp`` ``StudentTProcessRegressor`` (its default ``calibration="auto"``, the Student-t
+  calibration: the leave-one-out residuals choose the predictive t's degrees of freedom,
+  since late on 2026-11-26), ``stp_loo`` the same with ``calibration="gaussian"`` (the
+  t-process's own t widened, the default before; cv, extrap and concrete20), ``stp_auto`` the
+  default with ``ard="auto"`` (ARD only where its leave-one-out densities beat the shared
+  kernel's; cv, cv_folds, extrap and concrete20), ``stp_noprior`` the default with its
+  private ``RELEVANCE_PRIOR = None`` (the ARD relevances by maximum evidence, the default
+  before 2026-11-27; cv, cv_folds, extrap and concrete20), ``mixed``
   ``MixedActivationGPRegressor`` (its default
   ``calibration="auto"``, the Student-t: the leave-one-out residuals also choose a
   Student-t predictive, since later on 2026-11-26), ``mixed_loo`` the same with
@@ -127,9 +127,9 @@ MODELS = ("stp", "stp_auto", "stp_noprior", "stp_loo", "stp_nocal", "mixed", "mi
           "laplace", "ensemble")
 LABELS = {"stp": "StudentTProcessRegressor",
           "stp_auto": "StudentTProcessRegressor(ard='auto')",
-          "stp_noprior": "StudentTProcessRegressor(relevance_prior=None)",
-          "stp_loo": "StudentTProcessRegressor(variance_calibration='loo')",
-          "stp_nocal": "StudentTProcessRegressor(variance_calibration=None)",
+          "stp_noprior": "StudentTProcessRegressor, RELEVANCE_PRIOR=None",
+          "stp_loo": "StudentTProcessRegressor(calibration='gaussian')",
+          "stp_nocal": "StudentTProcessRegressor(calibration=None)",
           "mixed": "MixedActivationGPRegressor",
           "mixed_loo": "MixedActivationGPRegressor(calibration='gaussian')",
           "mixed_nocal": "MixedActivationGPRegressor(calibration=None)",
@@ -371,6 +371,21 @@ def _dbk_ablation(settings, **params):
     return reg
 
 
+def _stp_without_relevance_prior():
+    """StudentTProcessRegressor fitted with its private ``RELEVANCE_PRIOR = None`` (the fitted
+    model keeps what it needs, so only the fit is patched)."""
+    from unittest import mock
+
+    import skbnngp._student_t as st
+
+    class StudentTProcessRegressor(st.StudentTProcessRegressor):
+        def fit(self, X, y):
+            with mock.patch.object(st, "RELEVANCE_PRIOR", None):
+                return super().fit(X, y)
+
+    return StudentTProcessRegressor
+
+
 def make_model(name, n_features, quick=False, seed=0):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
@@ -382,12 +397,9 @@ def make_model(name, n_features, quick=False, seed=0):
     model = {
         "stp": lambda: skbnngp.StudentTProcessRegressor(**common),
         "stp_auto": lambda: skbnngp.StudentTProcessRegressor(ard="auto", **common),
-        "stp_noprior": lambda: skbnngp.StudentTProcessRegressor(relevance_prior=None,
-                                                                **common),
-        "stp_loo": lambda: skbnngp.StudentTProcessRegressor(variance_calibration="loo",
-                                                            **common),
-        "stp_nocal": lambda: skbnngp.StudentTProcessRegressor(variance_calibration=None,
-                                                              **common),
+        "stp_noprior": lambda: _stp_without_relevance_prior()(**common),
+        "stp_loo": lambda: skbnngp.StudentTProcessRegressor(calibration="gaussian", **common),
+        "stp_nocal": lambda: skbnngp.StudentTProcessRegressor(calibration=None, **common),
         "mixed": lambda: skbnngp.MixedActivationGPRegressor(**common),
         "mixed_loo": lambda: skbnngp.MixedActivationGPRegressor(calibration="gaussian",
                                                                 **common),

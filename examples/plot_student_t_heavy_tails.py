@@ -9,7 +9,7 @@ is Student-t with ``2a + n`` degrees of freedom, here 16) and the plain NNGP
 (``prior="gaussian"``). Their posterior means are equal. What differs is the predictive's
 tails: the Gaussian's 99% interval misses the outliers among new points, which then cost it a
 large negative log density each, while the Student-t interval, a little wider and with heavier
-tails, covers most of them. Both use the paper's predictive (``variance_calibration=None``):
+tails, covers most of them. Both use the paper's predictive (``calibration=None``):
 the default Student-t calibration reads the leave-one-out residuals and would give both
 models heavy tails, which is the point of it but not of this comparison of priors.
 
@@ -30,10 +30,8 @@ N_TRAIN, N_TEST, LEVEL = 12, 400, 0.99
 
 
 def make_models():
-    return {"Student-t process": StudentTProcessRegressor(variance_calibration=None,
-                                                          random_state=0),
-            "NNGP (Gaussian)": StudentTProcessRegressor(prior="gaussian",
-                                                        variance_calibration=None,
+    return {"Student-t process": StudentTProcessRegressor(calibration=None, random_state=0),
+            "NNGP (Gaussian)": StudentTProcessRegressor(prior="gaussian", calibration=None,
                                                         random_state=0)}
 
 

@@ -8,8 +8,8 @@ be narrower than fresh ones. Here the outer 5-fold split of ``bench_uncertainty.
 ``cv`` section (``KFold(5, shuffle=True, random_state=SEED)``, inputs standardised on the
 training rows) is kept, and inside each training split:
 
-* ``loo``: the default model (``variance_calibration="student_t"``);
-* ``cv``: the model with ``variance_calibration=None``, whose predictive t (location,
+* ``loo``: the default model (``calibration="auto"``, the Student-t calibration);
+* ``cv``: the model with ``calibration=None``, whose predictive t (location,
   scale, ``df_``) is then calibrated by :func:`student_t_calibration` on the standardised
   residuals of 5 inner refits (``KFold(5, shuffle=True, random_state=0)``), each fitted with
   its own hyperparameters on four fifths of the training rows, capped at the outer model's
@@ -53,7 +53,7 @@ def run(name, seed, inner_folds=5):
         default = StudentTProcessRegressor(device="cpu", random_state=0).fit(Xtr, ytr)
         scores["loo"].append(_score(default.predict_dist(Xte), y[te]))
 
-        plain = {"device": "cpu", "random_state": 0, "variance_calibration": None}
+        plain = {"device": "cpu", "random_state": 0, "calibration": None}
         loc, scale, df_model = _t(StudentTProcessRegressor(**plain).fit(Xtr, ytr), Xte)
         z = []
         for itr, ite in KFold(inner_folds, shuffle=True, random_state=0).split(Xtr):

@@ -1,9 +1,11 @@
-"""Diagnostic: the scale of :class:`~skbnngp.StudentTProcessRegressor`'s ``relevance_prior``.
+"""Diagnostic: the scale of :class:`~skbnngp.StudentTProcessRegressor`'s relevance hyperprior
+(its private module setting ``skbnngp._student_t.RELEVANCE_PRIOR``, 1.5; once the parameter
+``relevance_prior``).
 
 The ARD relevances of the Student-t process were fitted by maximum evidence until
 2026-11-27. With few rows per feature they over-fit (cpu_performance, 167 training rows and
 six features: 95 % coverage 0.914 / 0.918 at ``bench_uncertainty.py``'s fold seeds 1 and 2).
-``relevance_prior=tau`` adds a Gaussian hyperprior of standard deviation ``tau`` on the log
+``RELEVANCE_PRIOR = tau`` adds a Gaussian hyperprior of standard deviation ``tau`` on the log
 relevances' deviations from their mean. This script scores each candidate ``tau`` (``none``:
 maximum evidence) with ``bench_uncertainty.py``'s protocol (inputs standardised on the
 training rows, defaults otherwise):
@@ -27,6 +29,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 from sklearn.model_selection import KFold
@@ -37,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_student_t import make_data
 from bench_uncertainty import extrapolation_split, load
 
-from skbnngp import StudentTProcessRegressor
+from skbnngp import StudentTProcessRegressor, _student_t
 
 
 def _tau(text):
@@ -48,8 +51,9 @@ def _score(Xtr, ytr, Xte, yte, tau, scale=True):
     if scale:
         sc = StandardScaler().fit(Xtr)
         Xtr, Xte = sc.transform(Xtr), sc.transform(Xte)
-    model = StudentTProcessRegressor(device="cpu", random_state=0, relevance_prior=tau)
-    model.fit(Xtr, ytr)
+    model = StudentTProcessRegressor(device="cpu", random_state=0)
+    with mock.patch.object(_student_t, "RELEVANCE_PRIOR", tau):  # only the fit reads it
+        model.fit(Xtr, ytr)
     dist = model.predict_dist(Xte)
     lo, hi = dist.interval(0.95)
     return -dist.logpdf(yte), (yte >= lo) & (yte <= hi), model

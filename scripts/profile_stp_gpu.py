@@ -49,7 +49,7 @@ def main():
                         (st, "as_tensor"),
                         (StudentTProcessRegressor, "_publish"),
                         (StudentTProcessRegressor, "_factorise"),
-                        (StudentTProcessRegressor, "_calibrate_variance"),
+                        (StudentTProcessRegressor, "_calibrate_from_loo"),
                         (StudentTProcessRegressor, "_make_prior"),
                         (_gp.ExactGP, "value_and_grad"), (_gp.ExactGP, "state"),
                         (_gp.ExactGP, "loo"), (_gp.ExactGP, "subset")]:

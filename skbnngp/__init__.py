@@ -10,7 +10,7 @@ __version__ = "0.1.0.dev0"
 # ``skbnngp --help`` do not load torch and scikit-learn.
 _ESTIMATORS = {
     "StudentTProcessRegressor": "._student_t",
-    "StudentTProcessClassifier": "._student_t",
+    "StudentTProcessClassifier": "._student_t_classifier",
     "MixedActivationGPRegressor": "._mixed_activation",
     "DBKRegressor": "._dbk",
     "RichBLLRegressor": "._rich_bll",

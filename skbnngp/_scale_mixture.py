@@ -143,38 +143,28 @@ class SampledPrior:
 
     Parameters
     ----------
-    kind : {"burr12", "scipy"}
-        ``"burr12"``: ``s = prior_scale * S`` with ``S ~ BurrXII(c, d)`` (density
-        ``c d x^(c-1) (1 + x^c)^(-d-1)``). ``"scipy"``: ``s ~ dist``, a frozen
-        scipy.stats distribution supported on (0, inf).
     inference : {"snis", "quadrature"}
         ``"snis"`` (the paper's algorithm): ``n_samples`` draws from the prior, fixed
         at fit time, weighted by the likelihood. ``"quadrature"``: trapezoidal rule in
         ``log s`` on a grid centred on the likelihood's mode.
+    dist : frozen scipy.stats distribution
+        The prior of ``s``, supported on (0, inf); its parameters are not optimised.
     """
 
-    uses = ("prior_scale",)
+    uses = ()
+    name = kind = "scipy"
 
-    def __init__(self, kind, inference, *, c=2.0, d=1.0, dist=None, n_samples=1000,
-                 n_nodes=801, generator=None, rng=None, device=None, dtype=None):
-        self.kind, self.inference = kind, inference
-        self.c, self.d, self.dist = float(c), float(d), dist
-        self.name = kind
-        if kind == "scipy":
-            self.uses = ()
+    def __init__(self, inference, *, dist, n_samples=1000, n_nodes=801, rng=None, device=None,
+                 dtype=None):
+        self.inference, self.dist = inference, dist
         self.n_nodes = n_nodes
         self.device, self.dtype = device, dtype
         self.effective_sample_size = None
         # prior draws: kept for SNIS and for the prior-mixed (trained-network) predictive
-        if kind == "burr12":
-            u = torch.rand(n_samples, generator=generator, device=device, dtype=dtype)
-            u = u.clamp_min(torch.finfo(dtype).tiny)
-            self.unit_draws = (u.pow(-1.0 / self.d) - 1.0).clamp_min(1e-300).pow(1.0 / self.c)
-        else:
-            draws = np.asarray(dist.rvs(size=n_samples, random_state=rng), dtype=float)
-            if np.any(~np.isfinite(draws)) or np.any(draws <= 0):
-                raise ValueError("prior: the scipy distribution must be supported on (0, inf).")
-            self.unit_draws = torch.as_tensor(draws, device=device, dtype=dtype)
+        draws = np.asarray(dist.rvs(size=n_samples, random_state=rng), dtype=float)
+        if np.any(~np.isfinite(draws)) or np.any(draws <= 0):
+            raise ValueError("prior: the scipy distribution must be supported on (0, inf).")
+        self.unit_draws = torch.as_tensor(draws, device=device, dtype=dtype)
 
     # -- persistence: plain values only (skops), tensors rebuilt on load -----------------
     def __getstate__(self):
@@ -196,15 +186,16 @@ class SampledPrior:
         state["unit_draws"] = torch.as_tensor(state["unit_draws"], device=dev, dtype=dtype)
         self.__dict__.update(state)
 
+    def to_device(self, device):
+        """Move the prior draws to ``device`` (after loading a model onto another device)."""
+        self.unit_draws = torch.as_tensor(self.unit_draws, device=device)
+        self.device = device
+
     # -- prior draws and densities -----------------------------------------------------
     def _draws(self, b):
-        return self.unit_draws * b if self.kind == "burr12" else self.unit_draws
+        return self.unit_draws
 
     def _log_density(self, s, b):
-        if self.kind == "burr12":
-            x = s / b
-            return (math.log(self.c * self.d) + (self.c - 1.0) * torch.log(x)
-                    - (self.d + 1.0) * torch.log1p(x.pow(self.c)) - torch.log(b))
         # a scipy density: value on the host; its slope in log s gives the gradient
         s_np = to_numpy(s)
         val = self.dist.logpdf(s_np)

@@ -50,7 +50,7 @@ FUZZ_FAST, FUZZ_LONG = 25, 1000
 #: Tiny settings: the fuzz checks behaviour, not accuracy.
 SETTINGS = {
     "StudentTProcessRegressor": dict(max_iter=3),
-    "StudentTProcessClassifier": dict(max_iter=3, n_quadrature=8),
+    "StudentTProcessClassifier": dict(max_iter=3),
     "MixedActivationGPRegressor": dict(n_anchors=10, max_iter=3),
     "DBKRegressor": dict(n_basis=4, hidden_layer_sizes=(4,), max_iter=3),
     "RichBLLRegressor": dict(hidden_layer_sizes=(4,), max_iter=3, batch_size=64),

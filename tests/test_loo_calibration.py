@@ -2,11 +2,13 @@
 and their ``"student_t"`` (the default of both), which reads the same residuals."""
 
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
 from scipy import stats
 
+import skbnngp._student_t as st
 from skbnngp import (MixedActivationGPRegressor, StudentTProcessClassifier,
                      StudentTProcessRegressor)
 from skbnngp._backend import fit_t, fit_t_df, student_t_calibration
@@ -14,9 +16,11 @@ from skbnngp.datasets import load_cpu_performance
 
 #: 30 optimiser iterations: the properties below hold at any hyperparameters.
 _FAST = dict(device="cpu", random_state=0, max_iter=30)
+
+
 REGRESSORS = [
     pytest.param(lambda **kw: StudentTProcessRegressor(
-        **{**_FAST, "variance_calibration": "loo", **kw}), id="student_t"),
+        **{**_FAST, "calibration": "gaussian", **kw}), id="student_t"),
     pytest.param(lambda **kw: MixedActivationGPRegressor(
         **{**_FAST, "calibration": "gaussian", **kw}), id="mixed_nystrom"),
     pytest.param(lambda **kw: MixedActivationGPRegressor(
@@ -122,7 +126,8 @@ def test_well_specified_data_keep_a_factor_near_one(make):
 
 def test_not_applied_where_the_predictive_is_not_the_gp_posterior():
     X, y, _, _ = _cpu()
-    ntk = _fit(REGRESSORS[0].values[0], X[:80], y[:80], predictive="ntk_trained")
+    with mock.patch.object(st, "PREDICTIVE", "ntk_trained"):
+        ntk = _fit(REGRESSORS[0].values[0], X[:80], y[:80])
     assert ntk.calibration_factor_ == 1.0
     paper = _fit(REGRESSORS[1].values[0], X[:80], y[:80], preset="paper")
     assert paper.calibration_factor_ == 1.0
@@ -190,10 +195,10 @@ def test_student_t_process_keeps_its_own_tails_on_gaussian_residuals():
     X = rng.uniform(-2, 2, (200, 1))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(200)
     model = _fit(StudentTProcessRegressor, X, y, device="cpu", random_state=0, max_iter=30)
-    assert model.variance_calibration == "student_t"  # the default
+    assert model.calibration == "auto" and model.calibration_ == "student_t"  # the default
     assert model.predictive_df_ == model.df_
     loo = _fit(StudentTProcessRegressor, X, y, device="cpu", random_state=0, max_iter=30,
-               variance_calibration="loo")
+               calibration="gaussian")
     assert model.calibration_factor_ == pytest.approx(loo.calibration_factor_)
     np.testing.assert_allclose(model.predict_dist(X[:5]).kwds["scale"],
                                loo.predict_dist(X[:5]).kwds["scale"], rtol=1e-10)

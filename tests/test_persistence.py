@@ -34,7 +34,7 @@ FAST = {
 MODES = {
     "MixedActivationGPRegressor": [dict(approx="exact"), dict(approx="nystrom")],
     "DBKRegressor": [dict(inference="exact"), dict(inference="svi", batch_size=50)],
-    "StudentTProcessRegressor": [dict(), dict(prior="burr12", n_samples=200)],
+    "StudentTProcessRegressor": [dict(), dict(prior="gaussian")],
 }
 ROOT = Path(__file__).resolve().parent.parent
 

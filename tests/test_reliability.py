@@ -113,7 +113,6 @@ def test_classifier_predict_agrees_with_proba_on_tied_inputs():
     from skbnngp import StudentTProcessClassifier
     X = np.zeros((4, 7), dtype=np.int64)
     y = np.array([2, 3, 1, 0])
-    clf = StudentTProcessClassifier(max_iter=3, n_quadrature=8, device="cpu",
-                                    random_state=0).fit(X, y)
+    clf = StudentTProcessClassifier(max_iter=3, device="cpu", random_state=0).fit(X, y)
     P = clf.predict_proba(X)
     np.testing.assert_array_equal(clf.predict(X), clf.classes_[P.argmax(1)])

@@ -32,8 +32,7 @@ KINDS = [(Est, {**FAST.get(name, {}), **mode}) for name, Est in all_estimators()
 KINDS += [(StudentTProcessRegressor, {"max_iter": 2, "activation": a})
           for a in ("erf", "leaky_relu", "tanh", "sigmoid")]
 KINDS += [(StudentTProcessRegressor, {"max_iter": 2, "prior": "gaussian"}),
-          (StudentTProcessClassifier, {"max_iter": 2, "activation": "tanh", "prior": "burr12",
-                                       "n_samples": 50}),
+          (StudentTProcessClassifier, {"max_iter": 2, "activation": "tanh"}),
           (MixedActivationGPRegressor, {"n_anchors": 10, "max_iter": 2,
                                         "activations": ("tanh", "sigmoid", "relu",
                                                         "leaky_relu")})]
@@ -58,11 +57,19 @@ def fitted():
     return {_kind_id(k): _fit(*k) for k in KINDS}
 
 
+#: The kernel activations: trusted for an activation saved on its own
+#: (``test_quadrature_activations_pickle_as_their_class``); a fitted estimator keeps its
+#: ``activation`` parameter as a name and holds no activation object.
+ACTIVATIONS = {f"skbnngp.kernels._activations.{name}"
+               for name in ("Erf", "LeakyReLU", "ReLU", "Sigmoid", "Tanh")}
+
+
 def test_trusted_types_are_exactly_what_fitted_estimators_need(fitted):
     needed = set()
     for est, _ in fitted.values():
         needed |= set(sio.get_untrusted_types(data=sio.dumps(est)))
-    assert sorted(needed) == sorted(skops_trusted_types())
+    assert ACTIVATIONS <= set(skops_trusted_types())
+    assert sorted(needed) == sorted(set(skops_trusted_types()) - ACTIVATIONS)
 
 
 def test_trusted_types_are_classes_only():

@@ -1,6 +1,10 @@
-"""Properties of StudentTProcessRegressor / Classifier (spec 000 §8; item numbers cited)."""
+"""Properties of StudentTProcessRegressor (spec 000 §8; item numbers cited): the closed forms,
+other priors, the trained-network predictives, gradients, fitting, ``ard="auto"``, the
+relevance hyperprior, the sklearn API and self-contained fitted state."""
 
+import contextlib
 import pickle
+from unittest import mock
 
 import joblib
 import numpy as np
@@ -14,7 +18,9 @@ from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from skbnngp import StudentTProcessClassifier, StudentTProcessRegressor
+import skbnngp._student_t as st
+from skbnngp import StudentTProcessRegressor
+from skbnngp._backend._student_t import HYPERPARAMETERS, relevance_penalty
 from skbnngp.distributions import ScaleMixtureNormal
 from skbnngp.exceptions import NumericalWarning
 from skbnngp.kernels import NNGPKernel, nngp_kernel
@@ -30,11 +36,21 @@ Y_TE = np.array([0.4, 1.5])
 FIXED = {"depth": 3, "activation": "relu", "weight_variance": 2.0, "bias_variance": 0.1,
          "alpha": 1e-2, "prior_shape": 2.0, "prior_scale": 2.0, "normalize_X": False,
          "normalize_y": False, "include_noise": False, "optimizer": None, "device": "cpu",
-         "ard": False, "variance_calibration": None}  # the paper's closed forms
+         "ard": False, "calibration": None}  # the paper's closed forms
 
 
 def fixed(**kw):
     return StudentTProcessRegressor(**{**FIXED, **kw})
+
+
+def fit_with(est, X, y, **settings):
+    """``est.fit(X, y)`` with the module's private settings patched for the fit only."""
+    with mock.patch.multiple(st, **settings) if settings else contextlib.nullcontext():
+        return est.fit(X, y)
+
+
+def bounds(**changes):
+    return {**st.HYPERPARAMETER_BOUNDS, **changes}
 
 
 def K_lambda(X, lam=1e-2, depth=3, wv=2.0, bv=0.1):
@@ -189,7 +205,7 @@ def test_include_noise_adds_scaled_lambda():
     assert StudentTProcessRegressor().include_noise  # default: the distribution of y
 
 
-def test_std_is_sqrt_diag_cov_and_batch_size_invariant(rng):
+def test_std_is_sqrt_diag_cov_and_block_size_invariant(rng, monkeypatch):
     X = rng.normal(size=(60, 4))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=60)
     Xt = rng.normal(size=(17, 4))
@@ -197,8 +213,10 @@ def test_std_is_sqrt_diag_cov_and_batch_size_invariant(rng):
     mean, std = reg.predict(Xt, return_std=True)
     _, cov = reg.predict(Xt, return_cov=True)
     np.testing.assert_allclose(std, np.sqrt(np.diag(cov)), rtol=1e-10)
-    small = clone(reg).set_params(batch_size=3).fit(X, y)
-    m2, s2 = small.predict(Xt, return_std=True)
+    import skbnngp._backend._gp as gp_module
+
+    monkeypatch.setattr(gp_module, "auto_batch_size", lambda n, batch_size, elements: 3)
+    m2, s2 = reg.predict(Xt, return_std=True)  # rows in blocks of 3
     np.testing.assert_allclose(m2, mean, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(s2, std, rtol=1e-10)
 
@@ -224,7 +242,8 @@ def test_snis_and_quadrature_reproduce_the_closed_form():
     0.01 nats; quadrature within 1e-6."""
     exact = fixed(prior_shape=2.0, prior_scale=2.0).fit(X_TR, Y_TR)
     ig = stats.invgamma(2.0, scale=2.0)
-    snis = fixed(prior=ig, inference="snis", n_samples=200000, random_state=0).fit(X_TR, Y_TR)
+    snis = fit_with(fixed(prior=ig, inference="snis", random_state=0), X_TR, Y_TR,
+                    N_PRIOR_SAMPLES=200000)
     quad = fixed(prior=ig, inference="quadrature").fit(X_TR, Y_TR)
     e_s = exact.posterior_scale_ / (exact.posterior_shape_ - 1)
     d_snis = snis.predict_dist(X_TE)
@@ -241,11 +260,12 @@ def test_snis_and_quadrature_reproduce_the_closed_form():
 
 
 def test_burr_prior_snis_vs_quadrature():
-    """Burr XII (spec §3.2): the two general-prior engines agree; mixture methods consistent."""
-    q = fixed(prior="burr12", burr_c=2.0, burr_d=1.5, prior_scale=1.0,
-              inference="quadrature").fit(X_TR, Y_TR)
-    s = fixed(prior="burr12", burr_c=2.0, burr_d=1.5, prior_scale=1.0, inference="snis",
-              n_samples=100000, random_state=0).fit(X_TR, Y_TR)
+    """Burr XII (spec §3.2) as a scipy prior: the two general-prior engines agree; mixture
+    methods consistent."""
+    burr = stats.burr12(2.0, 1.5)
+    q = fixed(prior=burr, inference="quadrature").fit(X_TR, Y_TR)
+    s = fit_with(fixed(prior=burr, inference="snis", random_state=0), X_TR, Y_TR,
+                 N_PRIOR_SAMPLES=100000)
     dq, ds = q.predict_dist(X_TE), s.predict_dist(X_TE)
     np.testing.assert_allclose(ds.logpdf(Y_TE), dq.logpdf(Y_TE), atol=0.02)
     assert s.log_marginal_likelihood_value_ == pytest.approx(q.log_marginal_likelihood_value_,
@@ -260,35 +280,38 @@ def test_burr_prior_snis_vs_quadrature():
 # ----------------------------------------------------------------------------- trained modes
 def test_readout_trained_mode():
     """§8 item 12 (Thm 3.2): df = 2a, scale^2 = (b/a) v, mean = NNGP mean."""
-    reg = fixed(predictive="readout_trained", prior_shape=3.0, prior_scale=1.5).fit(X_TR, Y_TR)
+    reg = fit_with(fixed(prior_shape=3.0, prior_scale=1.5), X_TR, Y_TR,
+                   PREDICTIVE="readout_trained")
     gp = fixed(prior="gaussian", prior_scale=1.0).fit(X_TR, Y_TR)
     mu, v = gp.predict(X_TE, return_std=True)
     d = reg.predict_dist(X_TE)
     assert d.kwds["df"] == 6.0 and reg.df_ == 6.0
     np.testing.assert_allclose(d.kwds["scale"] ** 2, 0.5 * v**2, rtol=1e-10)
     np.testing.assert_allclose(d.mean(), mu, atol=1e-12)
-    heavy = fixed(predictive="readout_trained", prior_shape=0.9).fit(X_TR, Y_TR)
+    heavy = fit_with(fixed(prior_shape=0.9), X_TR, Y_TR, PREDICTIVE="readout_trained")
     assert np.all(np.isinf(heavy.predict_std(X_TE)))  # df = 1.8 <= 2: no variance (§7 item 16)
 
 
 def test_ntk_trained_mode_reference_values():
     """§8 fixture, NTK mode (Thm 3.3): mean and Theta'; E[s] = b/(a-1) = 2 under IG(2, 2)."""
-    reg = fixed(predictive="ntk_trained").fit(X_TR, Y_TR)
+    reg = fit_with(fixed(calibration="auto"), X_TR, Y_TR, PREDICTIVE="ntk_trained")
     mean, cov = reg.predict(X_TE, return_cov=True)
     np.testing.assert_allclose(mean, [0.1562601456, 0.2615994819], atol=1e-9)
     theta = np.array([[0.0238003541, -0.0030275855], [-0.0030275855, 0.6590814033]])
     np.testing.assert_allclose(cov / 2.0, theta, atol=1e-9)
     np.testing.assert_allclose(reg.predict_std(X_TE), np.sqrt(np.diag(cov)), rtol=1e-10)
     assert reg.df_ == 4.0
+    assert reg.calibration_ is None and reg.calibration_factor_ == 1.0  # never calibrated
 
 
 # ----------------------------------------------------------------------------- gradients
-@pytest.mark.parametrize("kw", [{}, {"alpha_mode": "relative"},
-                                {"prior": "burr12", "inference": "quadrature"},
-                                {"prior": "gaussian"}, {"activation": "erf", "depth": 2}])
-def test_lml_gradient_matches_finite_differences(kw):
+@pytest.mark.parametrize("kw,settings", [
+    ({}, {}), ({}, {"ALPHA_MODE": "relative"}),
+    ({"prior": stats.burr12(2.0, 1.0), "inference": "quadrature"}, {}),
+    ({"prior": "gaussian"}, {}), ({"activation": "erf", "depth": 2}, {})])
+def test_lml_gradient_matches_finite_differences(kw, settings):
     """§8 item 11: the explicit-adjoint gradient of the log-ML equals finite differences."""
-    reg = fixed(**kw).fit(X_TR, Y_TR)
+    reg = fit_with(fixed(**kw), X_TR, Y_TR, **settings)
     theta = np.log([1.7, 0.3, 0.05, 2.5, 1.2])
     val, grad = reg.log_marginal_likelihood(theta, eval_gradient=True)
     fd = optimize.approx_fprime(theta, lambda t: reg.log_marginal_likelihood(t), 1e-7)
@@ -296,7 +319,7 @@ def test_lml_gradient_matches_finite_differences(kw):
     assert val == pytest.approx(reg.log_marginal_likelihood(theta))
 
 
-@pytest.mark.parametrize("kw", [{}, {"alpha_mode": "relative"}, {"ard": True}])
+@pytest.mark.parametrize("kw", [{}, {"ALPHA_MODE": "relative"}, {"ard": True}])
 def test_tiled_gradient_path_equals_the_dense_one_and_finite_differences(kw, monkeypatch):
     """The CUDA path of the exact gradient (through ``L^-1`` by tiles, no n x n adjoint),
     forced on the CPU with ragged 7-row tiles: the same value and gradient as the dense
@@ -306,7 +329,8 @@ def test_tiled_gradient_path_equals_the_dense_one_and_finite_differences(kw, mon
     r = np.random.default_rng(3)
     X, y = r.normal(size=(30, 3)), r.normal(size=30)
     monkeypatch.setattr(gp_module, "KEEP_GRAPH_ELEMENTS", 0)
-    reg = fixed(**kw).fit(X, y)
+    settings = {k: v for k, v in kw.items() if k.isupper()}
+    reg = fit_with(fixed(**{k: v for k, v in kw.items() if not k.isupper()}), X, y, **settings)
     theta = np.log([1.7, 0.3, 0.05, 2.5, 1.2] + ([1.3, 0.6, 0.9] if kw.get("ard") else []))
     val, dense = reg.log_marginal_likelihood(theta, eval_gradient=True)
     monkeypatch.setattr(gp_module, "TILED_DEVICES", ("cpu",))
@@ -373,9 +397,9 @@ def test_optimisation_improves_lml_and_converges():
     assert reg.n_iter_ > 0
     assert reg.hyperparameters_["prior_shape"] == 2.0  # fixed by default
     for h, v in reg.hyperparameters_.items():
-        if getattr(reg, f"{h}_bounds") == "fixed":
+        if st.HYPERPARAMETER_BOUNDS[h] == "fixed":
             continue
-        lo, hi = getattr(reg, f"{h}_bounds")
+        lo, hi = st.HYPERPARAMETER_BOUNDS[h]
         assert lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)
 
 
@@ -384,8 +408,9 @@ def test_restarts_never_worse_and_fixed_bounds_respected():
     one = StudentTProcessRegressor(random_state=0, device="cpu").fit(X, y)
     many = StudentTProcessRegressor(random_state=0, n_restarts_optimizer=2, device="cpu").fit(X, y)
     assert many.log_marginal_likelihood_value_ >= one.log_marginal_likelihood_value_ - 1e-6
-    fixed_w = StudentTProcessRegressor(weight_variance=1.3, weight_variance_bounds="fixed",
-                                       device="cpu", random_state=0).fit(X, y)
+    fixed_w = fit_with(StudentTProcessRegressor(weight_variance=1.3, device="cpu",
+                                                random_state=0), X, y,
+                       HYPERPARAMETER_BOUNDS=bounds(weight_variance="fixed"))
     assert fixed_w.hyperparameters_["weight_variance"] == pytest.approx(1.3)
 
 
@@ -398,9 +423,10 @@ def test_convergence_warning_when_max_iter_too_small():
 
 def test_subset_warm_start_matches_full_optimisation():
     X, y = _data(n=300, seed=1)
-    full = StudentTProcessRegressor(subset_size=None, device="cpu", random_state=0).fit(X, y)
-    sub = StudentTProcessRegressor(subset_size=100, refine_iter=10, device="cpu",
-                                   random_state=0).fit(X, y)
+    full = fit_with(StudentTProcessRegressor(device="cpu", random_state=0), X, y,
+                    SUBSET_SIZE=None)
+    sub = fit_with(StudentTProcessRegressor(device="cpu", random_state=0), X, y,
+                   SUBSET_SIZE=100, REFINE_ITER=10)
     # per-datum log-ML within 0.02 nats of the full optimisation
     assert (sub.log_marginal_likelihood_value_ / 300
             >= full.log_marginal_likelihood_value_ / 300 - 0.02)
@@ -428,15 +454,15 @@ def test_adam_optimizer_and_float32():
 def test_small_data_heavy_tails_beat_the_gaussian():
     """Few points, t(3) noise: the t predictive's mean test NLL over 10 fixed draws beats the
     NNGP's (spec §5.3's robustness demo; the setup of examples/plot_student_t_heavy_tails.py).
-    The paper's predictives (``variance_calibration=None``) are compared, measured 0.55 vs
+    The paper's predictives (``calibration=None``) are compared, measured 0.55 vs
     1.02; the default Student-t calibration (0.49) must not undo the t-process's gain."""
     from skbnngp.datasets import make_heavy_tailed
     nll_t, nll_g, nll_default = [], [], []
     for seed in range(10):
         X, y = make_heavy_tailed(n_samples=415, n_features=1, df=3, noise=0.1,
                                  random_state=seed)
-        for nll, kw in ((nll_t, {"variance_calibration": None}),
-                        (nll_g, {"prior": "gaussian", "variance_calibration": None}),
+        for nll, kw in ((nll_t, {"calibration": None}),
+                        (nll_g, {"prior": "gaussian", "calibration": None}),
                         (nll_default, {})):
             m = StudentTProcessRegressor(device="cpu", random_state=0, **kw).fit(X[:15], y[:15])
             nll.append(-m.predict_dist(X[15:]).logpdf(y[15:]).mean())
@@ -454,7 +480,7 @@ def test_pipeline_gridsearch_cv_clone_pickle():
     gs = GridSearchCV(StudentTProcessRegressor(max_iter=5, device="cpu", random_state=0),
                       {"depth": [1, 2]}, cv=2, n_jobs=2).fit(X, y)
     assert gs.best_params_["depth"] in (1, 2)
-    reg = StudentTProcessRegressor(prior="burr12", max_iter=10, device="cpu",
+    reg = StudentTProcessRegressor(prior=stats.burr12(2.0, 1.0), max_iter=10, device="cpu",
                                    random_state=0).fit(X, y)
     for blob in (pickle.dumps(reg),):
         back = pickle.loads(blob)
@@ -465,7 +491,10 @@ def test_pipeline_gridsearch_cv_clone_pickle():
     joblib.dump(reg, path)
     assert_same_predictions(joblib.load(path).predict(X[:3]), reg.predict(X[:3]))
     c = clone(reg)
-    assert not hasattr(c, "L_") and c.get_params() == reg.get_params()
+    assert not hasattr(c, "L_")
+    params, cloned = reg.get_params(), c.get_params()
+    assert cloned.pop("prior").args == params.pop("prior").args  # a deep copy of the prior
+    assert cloned == params
 
 
 def test_cholesky_factor_is_read_on_demand_and_not_pickled():
@@ -474,12 +503,13 @@ def test_cholesky_factor_is_read_on_demand_and_not_pickled():
     # array (the loaded model refactorises and gives the same factor)
     X, y = _data(n=120)
     reg = StudentTProcessRegressor(max_iter=5, device="cpu", random_state=0).fit(X, y)
-    check_factor_read_on_demand(reg)
+    check_factor_read_on_demand(reg, legacy=False)  # no shim for unreleased pickles
 
 
 def test_random_state_repeatable():
     X, y = _data(n=40)
-    kw = {"prior": "burr12", "n_restarts_optimizer": 1, "max_iter": 5, "device": "cpu"}
+    kw = {"prior": stats.burr12(2.0, 1.0), "n_restarts_optimizer": 1, "max_iter": 5,
+          "device": "cpu"}
     a = StudentTProcessRegressor(random_state=3, **kw).fit(X, y).predict_std(X[:4])
     b = StudentTProcessRegressor(random_state=3, **kw).fit(X, y).predict_std(X[:4])
     np.testing.assert_array_equal(a, b)
@@ -516,16 +546,25 @@ def test_sparse_and_wrong_feature_count():
     ({"alpha": 0.0}, "alpha"),
     ({"depth": 0}, "depth"),
     ({"prior": "cauchy"}, "prior"),
-    ({"weight_variance_bounds": (2.0, 1.0)}, "weight_variance_bounds"),
+    ({"prior": "burr12"}, "prior"),
     ({"weight_variance": 5e3}, "outside weight_variance_bounds"),
     ({"prior": "gaussian", "inference": "snis"}, "point mass"),
-    ({"prior": "burr12", "inference": "exact"}, "inference='exact'"),
+    ({"prior": stats.burr12(2.0, 1.0), "inference": "exact"}, "inference='exact'"),
     ({"device": "nonsense:0"}, "device"),
+    ({"calibration": "loo"}, "calibration"),
+    ({"ard": "sometimes"}, "ard"),
 ])
 def test_invalid_parameters(params, match):
     X, y = _data(n=10)
     with pytest.raises(ValueError, match=match):
         StudentTProcessRegressor(**params).fit(X, y)
+
+
+def test_invalid_bounds_are_refused():
+    X, y = _data(n=10)
+    with pytest.raises(ValueError, match="weight_variance_bounds"):
+        fit_with(StudentTProcessRegressor(), X, y,
+                 HYPERPARAMETER_BOUNDS=bounds(weight_variance=(2.0, 1.0)))
 
 
 def test_constant_y_and_duplicated_rows_are_handled():
@@ -541,49 +580,231 @@ def test_constant_y_and_duplicated_rows_are_handled():
     assert np.all(np.isfinite(dup.predict(X[:4], return_std=True)[1]))
 
 
-# ----------------------------------------------------------------------------- classifier
-def test_classifier_iris_and_probabilities():
-    from sklearn.datasets import load_iris
-    X, y = load_iris(return_X_y=True)
-    clf = StudentTProcessClassifier(random_state=0, max_iter=30, device="cpu").fit(X, y)
-    assert clf.score(X, y) > 0.9
-    P = clf.predict_proba(X)
-    np.testing.assert_allclose(P.sum(1), 1.0)
-    np.testing.assert_array_equal(clf.classes_[P.argmax(1)], clf.predict(X))
-    np.testing.assert_allclose(clf.decision_function(X), np.log(P), atol=1e-12)
-    assert clf.predict_margin(X).shape == (150, 3)
-    np.testing.assert_array_equal(clf.classes_[clf.predict_margin(X).argmax(1)], clf.predict(X))
-    assert clf.regressor_.df_ == 2 * clf.regressor_.hyperparameters_["prior_shape"] + 150 * 3
 
 
-def test_classifier_proba_matches_monte_carlo():
-    """predict_proba = P(argmax f = c) with shared s: check by 200000 draws (tolerance 0.01)."""
-    r = np.random.default_rng(0)
-    X = r.normal(size=(40, 2))
-    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
-    clf = StudentTProcessClassifier(optimizer=None, alpha=0.3, device="cpu").fit(X, y)
-    Xt = r.normal(size=(4, 2)) * 2
-    P = clf.predict_proba(Xt)
-    reg = clf.regressor_
-    mu, V = reg._latent(Xt)
-    S = 200000
-    s = reg._mixing().sample(S, r)
-    f = mu[None] + np.sqrt(s[:, None, None] * V[None, :, None]) * r.standard_normal((S, 4, 3))
-    mc = np.stack([(f.argmax(-1) == c).mean(0) for c in range(3)], axis=1)
-    np.testing.assert_allclose(P, mc, atol=0.01)
+# ----------------------------------------------------------------------------- ard="auto"
+def _fit(X, y, **kw):
+    return StudentTProcessRegressor(device="cpu", random_state=0, **kw).fit(X, y)
 
 
-def test_classifier_binary_and_one_class():
-    X, y = _data(n=30)
-    yb = np.where(y > np.median(y), "hi", "lo")
-    clf = StudentTProcessClassifier(max_iter=5, device="cpu").fit(X, yb)
-    P = clf.predict_proba(X)
-    np.testing.assert_allclose(clf.decision_function(X), np.log(P[:, 1] / P[:, 0]), atol=1e-10)
-    assert clf.predict_margin(X).shape == (30,)
-    np.testing.assert_array_equal(clf.predict(X), clf.classes_[(P[:, 1] > P[:, 0]).astype(int)])
-    assert set(clf.predict(X)) <= {"hi", "lo"}
-    with pytest.raises(ValueError, match="1 class"):
-        StudentTProcessClassifier(device="cpu").fit(X, np.zeros(30))
+@pytest.fixture(scope="module")
+def one_relevant():
+    # y varies fast along feature 0 and not at all along the other three: a shared kernel
+    # must either blur feature 0 or read the three noise features as signal
+    rng = np.random.RandomState(0)
+    X = rng.randn(120, 4)
+    return X, np.sin(3 * X[:, 0]) + 0.1 * rng.randn(120)
+
+
+@pytest.fixture(scope="module")
+def isotropic():
+    # every feature counts the same: per-feature relevances have nothing to add
+    rng = np.random.RandomState(1)
+    X = rng.randn(120, 4)
+    return X, np.sin(X.sum(1)) + 0.1 * rng.randn(120)
+
+
+def _loo_gain(ard, shared):
+    a, s = ard._loo_log_density(), shared._loo_log_density()
+    g = a - s
+    return g.mean(), g.std(ddof=1) / np.sqrt(g.size)
+
+
+def test_auto_takes_ard_where_one_feature_matters_and_is_the_explicit_fit(one_relevant):
+    """Issue 19: the per-feature relevances are kept only when the paired leave-one-out log
+    predictive densities say they pay."""
+    X, y = one_relevant
+    auto, ard, shared = _fit(X, y, ard="auto"), _fit(X, y, ard=True), _fit(X, y, ard=False)
+    assert auto.ard_ and ard.ard_ and not shared.ard_
+    gain, se = auto.ard_loo_gain_
+    assert (gain, se) == pytest.approx(_loo_gain(ard, shared), rel=1e-8)
+    assert gain > 2 * se > 0
+    Xq = np.random.RandomState(2).randn(20, 4)
+    assert_same_predictions(auto.predict(Xq), ard.predict(Xq))
+    assert_same_predictions(auto.predict_std(Xq), ard.predict_std(Xq))
+    assert auto.relevance_[0] > 10 * auto.relevance_[1:].max()
+    assert ard.ard_loo_gain_ is None and shared.ard_loo_gain_ is None
+
+
+def test_auto_keeps_the_shared_kernel_where_features_count_alike(isotropic):
+    X, y = isotropic
+    auto, shared = _fit(X, y, ard="auto"), _fit(X, y, ard=False)
+    assert not auto.ard_
+    gain, se = auto.ard_loo_gain_
+    assert not gain > max(2 * se, 1e-3)
+    np.testing.assert_array_equal(auto.relevance_, np.ones(4))
+    Xq = np.random.RandomState(3).randn(20, 4)
+    assert_same_predictions(auto.predict(Xq), shared.predict(Xq))
+    assert auto.get_params()["ard"] == "auto"  # the parameter is kept, the choice is ard_
+
+
+def test_one_feature_needs_no_comparison(one_relevant):
+    X, y = one_relevant
+    auto = _fit(X[:, :1], y, ard="auto")
+    assert auto.ard_ is False and auto.ard_loo_gain_ is None
+
+
+def test_loo_log_density_is_the_density_of_each_row_given_the_others(one_relevant):
+    """A Gaussian prior without calibration: each row's leave-one-out density, from the
+    conditional of the fitted training covariance, as refitting without the row at the same
+    hyperparameters would give it."""
+    X, y = one_relevant
+    X, y = X[:40], y[:40]
+    reg = _fit(X, y, ard=True, prior="gaussian", calibration=None)
+    K = reg.L_ @ reg.L_.T  # the noisy training covariance, unit amplitude
+    Y = reg.y_train_[:, 0]
+    want = []
+    for i in range(len(Y)):
+        o = np.arange(len(Y)) != i
+        w = np.linalg.solve(K[np.ix_(o, o)], K[o, i])
+        mean, var = w @ Y[o], K[i, i] - K[i, o] @ w
+        want.append(stats.norm(mean, np.sqrt(var * reg._variance_multiplier())).logpdf(Y[i]))
+    np.testing.assert_allclose(reg._loo_log_density(), want, rtol=1e-8)
+
+
+# ----------------------------------------------------------------------------- relevance prior
+@pytest.fixture(scope="module")
+def few_rows():
+    # 40 rows, six features, two of them relevant: maximum evidence spreads the relevances
+    # of the four noise features over the whole box
+    rng = np.random.RandomState(3)
+    X = rng.randn(40, 6)
+    return X, np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.2 * rng.randn(40)
+
+
+def _fit_tau(X, y, tau, **kw):
+    return fit_with(StudentTProcessRegressor(device="cpu", random_state=0, **kw), X, y,
+                    RELEVANCE_PRIOR=tau)
+
+
+def _spread(reg):
+    return float(np.std(np.log(reg.relevance_)))
+
+
+def _log_theta(reg):
+    return np.log([reg.hyperparameters_[h] for h in HYPERPARAMETERS] + list(reg.relevance_))
+
+
+def test_penalty_is_the_centred_gaussian_log_prior():
+    """Issue 19: a Gaussian hyperprior on the spread of the ARD log relevances around their
+    mean makes the ARD hyperparameters maximum a posteriori."""
+    tau = 0.7
+    pen = relevance_penalty(tau, 4)
+    raw = torch.tensor([0.3, -1.0, 0.2, 0.7, 0.1, 1.0, -2.0, 0.5, 3.0], dtype=torch.float64,
+                       requires_grad=True)
+    value, grad = pen(raw.detach())
+    dev = raw[5:] - raw[5:].mean()
+    ref = 0.5 * torch.sum(dev ** 2) / tau ** 2
+    (ref_grad,) = torch.autograd.grad(ref, raw)
+    assert float(value) == pytest.approx(float(ref.detach()), rel=1e-12)
+    torch.testing.assert_close(grad, ref_grad)
+    assert torch.all(grad[:5] == 0)
+    # the common level of the relevances is free: a shift costs nothing
+    shifted = raw.detach().clone()
+    shifted[5:] += 2.5
+    assert float(pen(shifted)[0]) == pytest.approx(float(value), rel=1e-12)
+    # nothing to shrink with fewer than two relevances, or without the prior
+    assert relevance_penalty(st.RELEVANCE_PRIOR, 1) is None
+    assert relevance_penalty(None, 4) is None
+
+
+def test_the_fit_is_a_stationary_point_of_the_map_objective(few_rows):
+    X, y = few_rows
+    tau = 1.5
+    reg = _fit_tau(X, y, tau)
+    theta = _log_theta(reg)
+    _, grad = reg.log_marginal_likelihood(theta, eval_gradient=True)
+    rel = theta[5:]
+    free = (np.abs(rel - np.log(1e-3)) > 1e-3) & (np.abs(rel - np.log(1e3)) > 1e-3)
+    g_map = -grad[5:] + (rel - rel.mean()) / tau ** 2
+    # the evidence alone is far from stationary there (the prior pulls), the MAP objective
+    # is stationary in every relevance inside the box
+    assert np.max(np.abs(grad[5:][free])) > 0.5
+    assert np.max(np.abs(g_map[free])) < 0.05 * np.max(np.abs(grad[5:][free]))
+
+
+def test_the_prior_shrinks_the_spread_towards_the_shared_kernel(few_rows):
+    X, y = few_rows
+    free = _fit_tau(X, y, None)
+    spreads = [_spread(_fit_tau(X, y, tau)) for tau in (3.0, 1.0, 1e-3)]
+    assert spreads[0] < _spread(free)
+    assert spreads[1] < spreads[0]
+    assert spreads[2] < 1e-2  # the limit: one relevance shared by every feature
+    # the relevant features stay the most relevant
+    reg = _fit(X, y)
+    assert set(np.argsort(reg.relevance_)[-2:]) == {0, 1}
+
+
+def test_a_wide_prior_is_the_maximum_evidence_fit(few_rows):
+    X, y = few_rows
+    wide, free = _fit_tau(X, y, 1e4), _fit_tau(X, y, None)
+    np.testing.assert_allclose(np.log(wide.relevance_), np.log(free.relevance_), atol=1e-3)
+    np.testing.assert_allclose(wide.predict(X[:10]), free.predict(X[:10]), rtol=1e-4,
+                               atol=1e-6)
+
+
+def test_no_effect_with_one_feature_or_without_ard():
+    rng = np.random.RandomState(4)
+    X = rng.randn(50, 1)
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.randn(50)
+    a, b = _fit(X, y), _fit_tau(X, y, None)
+    assert_same_predictions(a.predict(X), b.predict(X))
+    X4 = rng.randn(50, 4)
+    a, b = _fit(X4, y, ard=False), _fit_tau(X4, y, None, ard=False)
+    assert_same_predictions(a.predict(X4), b.predict(X4))
+
+
+# ----------------------------------------------------------------------------- fitted state
+def _small():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3))
+    return X, np.sin(X[:, 0]) + 0.1 * rng.normal(size=30)
+
+
+@pytest.mark.parametrize("change", [{"depth": 1}, {"activation": "erf"}, {"ard": False},
+                                    {"dtype": "float32"}, {"prior_shape": 50.0},
+                                    {"ALPHA_MODE": "relative"},
+                                    {"PREDICTIVE": "ntk_trained"},
+                                    {"PREDICTIVE": "readout_trained"}])
+def test_set_params_after_fit_changes_nothing_until_refit(change):
+    """Issue 18 item 3: predict and an unpickled model read the fitted configuration, never
+    a parameter or a module setting changed since fit."""
+    X, y = _small()
+    reg = StudentTProcessRegressor(max_iter=5, device="cpu", random_state=0).fit(X, y)
+    mean, std = reg.predict(X, return_std=True)
+    settings = {k: v for k, v in change.items() if k.isupper()}
+    reg.set_params(**{k: v for k, v in change.items() if not k.isupper()})
+    with mock.patch.multiple(st, **settings) if settings else contextlib.nullcontext():
+        back = pickle.loads(pickle.dumps(reg))
+        for est in (reg, back):
+            m, s = est.predict(X, return_std=True)
+            np.testing.assert_allclose(m, mean, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(s, std, rtol=1e-10, atol=1e-12)
+    assert back.depth_ == 3 and back.activation_ == "relu" and back.ard_
+
+
+def test_predict_time_parameters_are_validated():
+    """Issue 18 item 4: ``include_noise``, read at predict time, is checked there."""
+    X, y = _small()
+    reg = StudentTProcessRegressor(max_iter=5, device="cpu", random_state=0).fit(X, y)
+    reg.set_params(include_noise="maybe")
+    with pytest.raises(ValueError, match="include_noise"):
+        reg.predict(X, return_std=True)
+
+
+def test_calibration_auto_is_the_student_t_calibration():
+    X, y = _small()
+    auto = StudentTProcessRegressor(max_iter=5, device="cpu", random_state=0).fit(X, y)
+    t = clone(auto).set_params(calibration="student_t").fit(X, y)
+    g = clone(auto).set_params(calibration="gaussian").fit(X, y)
+    none = clone(auto).set_params(calibration=None).fit(X, y)
+    assert auto.calibration == "auto" and auto.calibration_ == "student_t"
+    assert (g.calibration_, none.calibration_) == ("gaussian", None)
+    assert_same_predictions(auto.predict_std(X), t.predict_std(X))
+    assert auto.predictive_df_ == t.predictive_df_ <= auto.df_
+    assert g.predictive_df_ == none.predictive_df_ == np.inf
+    assert g.calibration_factor_ >= 1.0 and none.calibration_factor_ == 1.0
+    assert_same_predictions(g.predict(X), none.predict(X))  # the mean is never calibrated
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
@@ -603,7 +824,7 @@ def test_cuda_matches_cpu(kw):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
-@pytest.mark.parametrize("kw", [{"ard": True}, {"alpha_mode": "relative"}])
+@pytest.mark.parametrize("kw", [{"ard": True}, {"ALPHA_MODE": "relative"}])
 def test_cuda_tiled_gradient_and_loo_match_cpu(kw, monkeypatch):
     """On CUDA, above the kept-graph size, the gradient and the LOO variances go through
     ``L^-1`` by tiles (ragged 7-row tiles here): the same value, gradient and calibration
@@ -617,62 +838,11 @@ def test_cuda_tiled_gradient_and_loo_match_cpu(kw, monkeypatch):
     theta = np.log([1.7, 0.3, 0.05, 2.5, 1.2] + ([1.3, 0.6, 0.9] if kw.get("ard") else []))
     out = {}
     for device in ("cpu", "cuda"):
-        reg = fixed(device=device, variance_calibration="loo", **kw).fit(X, y)
+        reg = fit_with(fixed(device=device, calibration="gaussian",
+                             **{k: v for k, v in kw.items() if not k.isupper()}), X, y,
+                       **{k: v for k, v in kw.items() if k.isupper()})
         out[device] = (*reg.log_marginal_likelihood(theta, eval_gradient=True),
                        reg.calibration_factor_)
     assert out["cuda"][0] == pytest.approx(out["cpu"][0], rel=1e-10)
     np.testing.assert_allclose(out["cuda"][1], out["cpu"][1], rtol=1e-8, atol=1e-10)
     assert out["cuda"][2] == pytest.approx(out["cpu"][2], rel=1e-8)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
-def test_classifier_cuda_matches_cpu():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(120, 2))
-    y = (X[:, 0] + 0.3 * rng.normal(size=120) > 0).astype(int)
-    cpu = StudentTProcessClassifier(device="cpu", max_iter=10, random_state=0).fit(X, y)
-    gpu = StudentTProcessClassifier(device="cuda", max_iter=10, random_state=0).fit(X, y)
-    np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), rtol=1e-6,
-                               atol=1e-8)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
-@pytest.mark.parametrize("label_variance", [0.5, "auto"])
-def test_classifier_label_variance_cuda_matches_cpu(label_variance):
-    """Issue 20's label variance (per-class extra variance in the quadrature over the
-    scale, and the leave-one-out choice of its weight) gives the same model on CUDA."""
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(150, 3))
-    y = np.digitize(X[:, 0] + 0.5 * X[:, 1] + 0.6 * rng.normal(size=150), [-0.5, 0.5])
-    kw = {"max_iter": 10, "random_state": 0, "label_variance": label_variance}
-    cpu = StudentTProcessClassifier(device="cpu", **kw).fit(X, y)
-    gpu = StudentTProcessClassifier(device="cuda", **kw).fit(X, y)
-    assert gpu.label_variance_ == cpu.label_variance_
-    if label_variance != "auto":
-        assert cpu.label_variance_ == 0.5
-    np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), rtol=1e-6,
-                               atol=1e-8)
-    # the predicted classes agree wherever the two largest probabilities are not a tie at
-    # the devices' rounding
-    P = np.sort(cpu.predict_proba(X), axis=1)
-    clear = P[:, -1] - P[:, -2] > 1e-5
-    np.testing.assert_array_equal(gpu.predict(X)[clear], cpu.predict(X)[clear])
-
-
-def test_classifier_huge_input_raises_instead_of_nan():
-    """Issue 12 reproducer: finite but huge X gave NaN probabilities while predict still
-    returned a class; now every method raises a ValueError naming X, or is finite."""
-    from sklearn.datasets import load_iris
-    X, y = load_iris(return_X_y=True)
-    clf = StudentTProcessClassifier(max_iter=5, device="cpu", random_state=0).fit(X, y)
-    huge = np.full((2, 4), 1e300)
-    for method in (clf.predict_proba, clf.predict, clf.decision_function, clf.predict_margin):
-        try:
-            out = method(huge)
-        except ValueError as exc:
-            assert "X" in str(exc)
-        else:
-            assert np.all(np.isfinite(out.astype(float) if out.dtype != object else 0))
-    P = clf.predict_proba(X * 50)
-    assert np.all(np.isfinite(P))
-    np.testing.assert_array_equal(clf.predict(X * 50), clf.classes_[P.argmax(1)])

@@ -12,7 +12,7 @@ _TRUSTED = (
     "skbnngp._fidgp.FiDGPClassifier",
     "skbnngp._mixed_activation.MixedActivationGPRegressor",
     "skbnngp._rich_bll.RichBLLRegressor",
-    "skbnngp._student_t.StudentTProcessClassifier",
+    "skbnngp._student_t_classifier.StudentTProcessClassifier",
     "skbnngp._student_t.StudentTProcessRegressor",
     # the parameter layout of the mixed-activation GP
     "skbnngp.kernels._mixture_map.MixtureLayout",
@@ -20,8 +20,8 @@ _TRUSTED = (
     "skbnngp._scale_mixture.DeltaPrior",
     "skbnngp._scale_mixture.InvGammaPrior",
     "skbnngp._scale_mixture.Mixing",
-    "skbnngp._scale_mixture.SampledPrior",
-    # the activations of the kernels, by name
+    # the activations of the kernels, by name (an activation object saved on its own; a
+    # fitted estimator keeps its activation as a name)
     "skbnngp.kernels._activations.Erf",
     "skbnngp.kernels._activations.LeakyReLU",
     "skbnngp.kernels._activations.ReLU",
@@ -51,8 +51,10 @@ def skops_trusted_types():
 
     Notes
     -----
-    Two kinds of model need more: a Student-t prior given as a scipy.stats distribution, and a
-    torch module or activation callable of your own. Add exactly the foreign types that
+    Two kinds of model need more: a Student-t process whose prior is integrated by sampling
+    or quadrature (``inference="snis"`` or ``"quadrature"``, which holds a scipy.stats
+    distribution in ``skbnngp._scale_mixture.SampledPrior``), and a torch module or
+    activation callable of your own. Add exactly the foreign types that
     :func:`skops.io.get_untrusted_types` reports for them after you have checked each one.
     """
     return list(_TRUSTED)
