@@ -319,11 +319,11 @@ def test_gpu_script_plan_and_targets(harness):
 
 
 def test_gpu_profile_script_cpu_smoke_run():
-    """scripts/profile_stp_gpu.py is run on lent GPU machines only; its CPU path checks that
+    """benchmarks/gpu/profile_stp_gpu.py is run on lent GPU machines only; its CPU path checks that
     the wrapped functions still exist under the names it patches and that it reports each."""
     import re
     import subprocess
-    script = BENCH.parent / "scripts" / "profile_stp_gpu.py"
+    script = BENCH / "gpu" / "profile_stp_gpu.py"
     out = subprocess.run([sys.executable, str(script), "--device", "cpu", "--sizes", "150",
                           "--top", "3"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

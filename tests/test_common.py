@@ -10,27 +10,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skbnngp.utils import all_estimators
 
+from .conftest import EXTRA, FAST
+
 # the checks fit with few iterations on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-
-#: Small, fast settings per estimator (the checks fit dozens of tiny models).
-FAST = {
-    "StudentTProcessRegressor": dict(max_iter=15, device="cpu"),
-    "StudentTProcessClassifier": dict(max_iter=15, device="cpu"),
-    "MixedActivationGPRegressor": dict(n_anchors=20, max_iter=15, device="cpu"),
-    "DBKRegressor": dict(n_basis=8, hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
-    "RichBLLRegressor": dict(hidden_layer_sizes=(16,), max_iter=30, device="cpu"),
-    "FiDGPClassifier": dict(hidden_layer_sizes=(16,), max_iter=60, batch_size=256,
-                            learning_rate_init=2e-2, device="cpu"),
-}
-
-
-#: Further configurations worth the whole check list (another inference mode ...).
-EXTRA = {
-    "DBKRegressor": [dict(FAST["DBKRegressor"], inference="svi", batch_size=16,
-                          learning_rate_init=1e-2)],
-}
-
 
 def _instances():
     for name, Est in all_estimators():

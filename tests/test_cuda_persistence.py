@@ -1,7 +1,7 @@
 """A model fitted on CUDA pickles without a live device tensor, and a machine without CUDA
 loads it and predicts on the CPU what the GPU predicted (the README's persistence promise and
 the architecture's "fitted state pickles without live device tensors"). Skipped without CUDA:
-``scripts/gpu_check.sh`` runs it on a lent GPU machine.
+``benchmarks/gpu/gpu_check.sh`` runs it on a lent GPU machine.
 """
 
 import io
@@ -17,7 +17,7 @@ import torch
 
 from skbnngp.utils import all_estimators
 
-from .test_persistence import FAST, MODES, ROOT, _data, _outputs
+from .conftest import MODES, ROOT, TINY, persistence_data, predictive_outputs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
 
@@ -47,7 +47,7 @@ class _DeviceSpy(pickle.Pickler):
 def _cuda_cases():
     for name, Est in all_estimators():
         for mode in MODES.get(name, [dict()]):
-            yield pytest.param(name, Est, {**FAST.get(name, {}), **mode},
+            yield pytest.param(name, Est, {**TINY.get(name, {}), **mode},
                                id="-".join([name, *map(str, mode.values())]))
 
 
@@ -56,13 +56,13 @@ import pickle, sys, warnings
 import numpy as np
 import torch
 sys.path.insert(0, sys.argv[3])
-from tests.test_persistence import _outputs
+from tests.conftest import predictive_outputs
 assert not torch.cuda.is_available()
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     est = pickle.load(open(sys.argv[1], "rb"))
 X = np.load(sys.argv[2])
-out = _outputs(est, X)
+out = predictive_outputs(est, X)
 out["device"] = str(est.device_)
 out["warned"] = any("not available here" in str(w.message) for w in seen)
 pickle.dump(out, open(sys.argv[1] + ".out", "wb"))
@@ -71,12 +71,12 @@ pickle.dump(out, open(sys.argv[1] + ".out", "wb"))
 
 @pytest.mark.parametrize("name,Est,params", list(_cuda_cases()))
 def test_cuda_fit_pickles_plain_and_loads_on_a_cpu_machine(tmp_path, name, Est, params):
-    X, y = _data(name)
+    X, y = persistence_data(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = Est(device="cuda", random_state=0, **params).fit(X, y)
         assert est.device_.type == "cuda"
-        on_gpu = _outputs(est, X)
+        on_gpu = predictive_outputs(est, X)
     buf = io.BytesIO()
     spy = _DeviceSpy(buf)
     spy.dump(est)

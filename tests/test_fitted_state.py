@@ -13,16 +13,15 @@ inference mode, discovered automatically.
 """
 
 import pickle
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
 from skbnngp.utils import all_estimators
-from skbnngp.utils._sklearn_compat import StrOptions
 
 from ._promise import assert_same_predictions
-from .test_persistence import FAST, MODES, _data
+from ._params import SKIP, alternatives, invalid_value, watching
+from .conftest import MODES, TINY, persistence_data
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -33,30 +32,19 @@ CALLS = [
     ("log_marginal_likelihood", {}), ("predict_proba", {}), ("predict_log_proba", {}),
     ("decision_function", {}), ("predict_margin", {}), ("predict_uncertainty", {}),
     ("sample_proba", {}), ("ood_score", {}),
-]
-#: Parameters whose alternatives are not generated here: where the model runs, how it
-#: reports, its seed, and objects a user passes (a network, anchor points, a prior).
-SKIP = {"device", "random_state", "verbose", "network", "anchors", "prior", "class_weight"}
 
-#: Known defects of issue 18, by estimator, as the tests that still fail: each entry goes as
-#: its estimator is mended (strict, so an entry left behind by a fix fails).
-_OPEN = "issue 18: predict-time parameters unchecked, caches rebuilt from parameters"
-KNOWN = {
-}
+]
 
 
 def _cases(test):
     for name, Est in all_estimators():
         for mode in MODES.get(name, [dict()]):
-            known = test in KNOWN.get(name, ())
-            yield pytest.param(name, Est, {**FAST.get(name, {}), **mode},
-                               id="-".join([name, *map(str, mode.values())]),
-                               marks=[pytest.mark.xfail(reason=_OPEN, strict=True)]
-                               if known else [])
+            yield pytest.param(name, Est, {**TINY.get(name, {}), **mode},
+                               id="-".join([name, *map(str, mode.values())]))
 
 
 def _fitted(name, Est, params):
-    X, y = _data(name)
+    X, y = persistence_data(name)
     est = Est(device="cpu", random_state=0, **params).fit(X, y)
     return pickle.dumps(est), X, y
 
@@ -95,70 +83,16 @@ def _methods(est):
             and not (m == "predict" and kw and not hasattr(est, "predict_std"))]
 
 
-@contextmanager
-def _watching(est):
-    """Record which constructor parameters of ``est`` are read while the block runs."""
-    names, seen, cls = set(est.get_params(deep=False)), set(), type(est)
-
-    def getattribute(self, item):
-        if item in names:
-            seen.add(item)
-        return object.__getattribute__(self, item)
-
-    est.__class__ = type(cls.__name__, (cls,), {"__getattribute__": getattribute})
-    try:
-        yield seen
-    finally:
-        est.__class__ = cls
-
-
-def _invalid_value(Est, name):
-    from sklearn.utils._param_validation import generate_invalid_param_val, make_constraint
-
-    constraints = [make_constraint(c) for c in Est._parameter_constraints[name]]
-    for constraint in constraints:
-        try:
-            bad = generate_invalid_param_val(constraint)
-        except NotImplementedError:
-            continue
-        if not any(c.is_satisfied_by(bad) for c in constraints):
-            return bad
-    return None
-
-
-def _alternatives(Est, name, current):
-    """Valid values other than ``current``, from the parameter's constraints."""
-    from sklearn.utils._param_validation import Interval, make_constraint
-
-    out = []
-    for raw in Est._parameter_constraints[name]:
-        c = make_constraint(raw)
-        if isinstance(c, StrOptions):
-            out += [o for o in sorted(c.options) if o != current]
-        elif raw == "boolean":
-            out.append(not current)
-        elif raw is None and current is not None:
-            out.append(None)
-        elif isinstance(c, Interval) and isinstance(current, (int, float)) \
-                and not isinstance(current, bool):
-            integral = c.type.__name__ == "Integral"
-            for v in ((current + 1, current - 1) if integral else (current * 2, current / 2)):
-                if c.is_satisfied_by(v) and v != current:
-                    out.append(v)
-                    break
-    return list(dict.fromkeys(out))
-
-
 @pytest.mark.parametrize("name,Est,params", list(_cases("validated")))
 def test_predict_time_parameters_are_validated(name, Est, params):
     blob, X, _ = _fitted(name, Est, params)
     problems = []
     for method, kwargs in _methods(pickle.loads(blob)):
         fresh = pickle.loads(blob)  # its cache is rebuilt inside the method: watched too
-        with _watching(fresh) as read:
+        with watching(fresh) as read:
             _call(fresh, method, kwargs, X)
         for param in sorted(read):
-            bad = _invalid_value(Est, param)
+            bad = invalid_value(Est, param)
             if bad is None:
                 continue
             est = pickle.loads(blob)
@@ -182,7 +116,7 @@ def test_set_params_after_fit_round_trips(name, Est, params):
     for param, current in sorted(base.get_params(deep=False).items()):
         if param in SKIP:
             continue
-        for value in _alternatives(Est, param, current):
+        for value in alternatives(Est, param, current):
             est = pickle.loads(blob)
             for method, kwargs in methods:  # build the caches before the change
                 _outcome(est, method, kwargs, X)
@@ -219,7 +153,7 @@ def test_partial_fit_after_set_params_keeps_the_fitted_configuration(name, Est, 
     for param, current in sorted(base.get_params(deep=False).items()):
         if param in SKIP:
             continue
-        for value in _alternatives(Est, param, current):
+        for value in alternatives(Est, param, current):
             changed = pickle.loads(blob).set_params(**{param: value})
             try:
                 changed.partial_fit(X2, y2)

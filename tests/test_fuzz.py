@@ -38,7 +38,7 @@ from sklearn.utils.validation import check_is_fitted
 from skbnngp.utils import all_estimators
 
 from ._promise import assert_same_labels, assert_same_predictions
-from .test_fitted_state import KNOWN, SKIP, _alternatives, _invalid_value, _watching
+from ._params import SKIP, alternatives, invalid_value, watching
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
@@ -152,7 +152,7 @@ def _interrupting(monkeypatch, after):
     monkeypatch.setattr(torch.Tensor, "backward", backward)
 
 
-def _outputs(est, X, classifier):
+def predictive_outputs(est, X, classifier):
     if classifier:
         P = est.predict_proba(X)
         pred = est.predict(X)
@@ -212,17 +212,17 @@ def _run(Est, name, case, monkeypatch):
             except (ValueError, TypeError) as exc:
                 return _rejected(exc)
         try:
-            out = _outputs(est, X, classifier)
+            out = predictive_outputs(est, X, classifier)
         except ValueError as exc:  # e.g. a predictive that does not exist in float64
             return "predict " + _rejected(exc)
         _check_outputs(out, len(y), classifier, est, y)
-        again = _outputs(pickle.loads(pickle.dumps(est)), X, classifier)
+        again = predictive_outputs(pickle.loads(pickle.dumps(est)), X, classifier)
     for key in out:  # the repeatability promise, not bit-identity (issue 22)
         if key == "pred":
             assert_same_labels(again[key], out[key], out["proba"], err_msg=key)
         else:
             assert_same_predictions(again[key], out[key], err_msg=key)
-    if case["tweak"][0] and "validated" not in KNOWN.get(name, ()):
+    if case["tweak"][0]:
         return _tweak_predict_time_parameter(est, X, y, classifier, *case["tweak"])
     return "fitted"
 
@@ -233,22 +233,22 @@ def _tweak_predict_time_parameter(est, X, y, classifier, kind, pick):
     shape, or be refused with an error naming the parameter; an invalid value is refused."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with _watching(est) as read:
-            _outputs(est, X, classifier)
+        with watching(est) as read:
+            predictive_outputs(est, X, classifier)
         names = sorted(read - SKIP)
         if not names:
             return "fitted"
         param = names[pick % len(names)]
         if kind == "invalid":
-            value = _invalid_value(type(est), param)
+            value = invalid_value(type(est), param)
         else:
-            options = _alternatives(type(est), param, getattr(est, param))
+            options = alternatives(type(est), param, getattr(est, param))
             value = options[pick % len(options)] if options else None
         if value is None:
             return "fitted"
         est.set_params(**{param: value})
         try:
-            out = _outputs(est, X, classifier)
+            out = predictive_outputs(est, X, classifier)
         except (ValueError, TypeError) as exc:
             assert param in str(exc), f"{param}={value!r} refused without naming it: {exc!r}"
             return f"{kind} predict-time parameter refused"

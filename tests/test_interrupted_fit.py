@@ -13,12 +13,12 @@ from sklearn.exceptions import NotFittedError
 
 from skbnngp.utils import all_estimators
 
-from .test_common import FAST
+from .conftest import FAST
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
 
-def _data(kind, scale=1.0, seed=0):
+def persistence_data(kind, scale=1.0, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(40, 2)) * scale
     y = X[:, 0] - X[:, 1] ** 2 / scale
@@ -27,7 +27,7 @@ def _data(kind, scale=1.0, seed=0):
     return X, y
 
 
-def _outputs(est, X, kind):
+def predictive_outputs(est, X, kind):
     return est.predict_proba(X) if kind == "classifier" else est.predict(X, return_std=True)
 
 
@@ -46,23 +46,23 @@ def _interrupt_after(monkeypatch, calls):
 @pytest.mark.parametrize("name, Est", all_estimators())
 def test_interrupted_refit_keeps_the_previous_model(monkeypatch, name, Est):
     kind = "classifier" if name.endswith("Classifier") else "regressor"
-    X, y = _data(kind)
+    X, y = persistence_data(kind)
     est = Est(**FAST.get(name, {}), random_state=0).fit(X, y)
-    before = _outputs(est, X, kind)
-    X2, y2 = _data(kind, scale=100.0, seed=1)
+    before = predictive_outputs(est, X, kind)
+    X2, y2 = persistence_data(kind, scale=100.0, seed=1)
     for calls in (0, 1, 2):
         with monkeypatch.context() as m:
             _interrupt_after(m, calls)
             with pytest.raises(KeyboardInterrupt):
                 est.fit(X2, y2)
-        for a, b in zip(np.atleast_1d(before), np.atleast_1d(_outputs(est, X, kind))):
+        for a, b in zip(np.atleast_1d(before), np.atleast_1d(predictive_outputs(est, X, kind))):
             np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("name, Est", all_estimators())
 def test_interrupted_first_fit_leaves_an_unfitted_estimator(monkeypatch, name, Est):
     kind = "classifier" if name.endswith("Classifier") else "regressor"
-    X, y = _data(kind)
+    X, y = persistence_data(kind)
     est = Est(**FAST.get(name, {}), random_state=0)
     _interrupt_after(monkeypatch, 0)
     with pytest.raises(KeyboardInterrupt):
@@ -77,7 +77,7 @@ def test_interrupted_first_fit_leaves_an_unfitted_estimator(monkeypatch, name, E
 def test_targets_near_the_float_limit_give_finite_predictions(name, Est, scale, dtype):
     """Issue 12 reproducer: float64 y near 1e155 (and float32 y near 1e30) overflowed in
     y.std() or in var * y_std**2 and gave NaN means and infinite stds."""
-    X, y = _data("regressor")
+    X, y = persistence_data("regressor")
     params = dict(FAST.get(name, {}), random_state=0)
     if "normalize_y" in Est().get_params():
         params["normalize_y"] = True

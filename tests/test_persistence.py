@@ -11,75 +11,22 @@ import pickle
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import joblib
 import numpy as np
 import pytest
-from sklearn.datasets import load_iris
 
 from skbnngp.utils import all_estimators
 
-from ._promise import assert_same_labels, assert_same_predictions
-
-#: Small settings per estimator, and the modes worth a round trip each.
-FAST = {
-    "StudentTProcessRegressor": dict(max_iter=5),
-    "StudentTProcessClassifier": dict(max_iter=5),
-    "MixedActivationGPRegressor": dict(n_anchors=20, max_iter=5),
-    "DBKRegressor": dict(n_basis=8, hidden_layer_sizes=(8,), max_iter=5),
-    "RichBLLRegressor": dict(hidden_layer_sizes=(8,), max_iter=5),
-    "FiDGPClassifier": dict(hidden_layer_sizes=(8,), max_iter=3),
-}
-MODES = {
-    "MixedActivationGPRegressor": [dict(approx="exact"), dict(approx="nystrom")],
-    "DBKRegressor": [dict(inference="exact"), dict(inference="svi", batch_size=50)],
-    "StudentTProcessRegressor": [dict(), dict(prior="gaussian")],
-}
-ROOT = Path(__file__).resolve().parent.parent
-
+from ._promise import assert_same_predictions
+from .conftest import MODES, ROOT, TINY, assert_same_outputs, persistence_data, predictive_outputs
 
 def _cases(dtypes=("float64", "float32")):
     for name, Est in all_estimators():
         for mode in MODES.get(name, [dict()]):
             for dtype in dtypes:
-                yield pytest.param(name, Est, {**FAST.get(name, {}), **mode, "dtype": dtype},
+                yield pytest.param(name, Est, {**TINY.get(name, {}), **mode, "dtype": dtype},
                                    id=f"{name}-{'-'.join(map(str, mode.values()))}-{dtype}")
-
-
-def _data(name, kind="iris"):
-    """Iris, or 178 x 11 binary rows with many duplicates (the shape of the fuzz case that
-    failed on an Intel CPU: an ill-conditioned kernel matrix)."""
-    if kind == "iris":
-        X, y = load_iris(return_X_y=True)
-        if "Regressor" in name:
-            X, y = X[:, :3], X[:, 3]
-        return X, y
-    rng = np.random.default_rng(0)
-    X = (rng.normal(size=(178, 11)) > 0).astype(np.float64)
-    y = X[:, 0] + 0.1 * rng.normal(size=178) if "Regressor" in name else X[:, 0].astype(int)
-    return X, y
-
-
-def _outputs(est, X):
-    out = {}
-    if hasattr(est, "predict_proba"):
-        out["proba"] = est.predict_proba(X)
-        out["predict"] = est.predict(X)
-        if hasattr(est, "ood_score"):
-            out["ood"] = est.ood_score(X)
-    else:
-        out["mean"], out["std"] = est.predict(X, return_std=True)
-        out["cov"] = est.predict(X[:5], return_cov=True)[1]
-    return out
-
-
-def _assert_same_outputs(after, before, dtype):
-    for key in before:
-        if key == "predict":
-            assert_same_labels(after[key], before[key], before["proba"], dtype, err_msg=key)
-        else:
-            assert_same_predictions(after[key], before[key], dtype, err_msg=key)
 
 
 def _skops_round_trip(est):
@@ -99,36 +46,36 @@ def _joblib_round_trip(est):
 @pytest.mark.parametrize("name,Est,params", list(_cases()))
 @pytest.mark.parametrize("how", ["pickle", "joblib", "skops"])
 def test_round_trip_keeps_predictions(name, Est, params, how):
-    X, y = _data(name)
+    X, y = persistence_data(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = Est(device="cpu", random_state=0, **params).fit(X, y)
-        before = _outputs(est, X)
+        before = predictive_outputs(est, X)
         if how == "pickle":
             clone = pickle.loads(pickle.dumps(est))
         elif how == "joblib":
             clone = _joblib_round_trip(est)
         else:
             clone = _skops_round_trip(est)
-        after = _outputs(clone, X)
-    _assert_same_outputs(after, before, params["dtype"])
+        after = predictive_outputs(clone, X)
+    assert_same_outputs(after, before, params["dtype"])
 
 
 @pytest.mark.parametrize("name,Est,params", list(_cases(("float64",))))
 def test_memory_layout_changes_neither_fit_nor_predictions(name, Est, params):
     """fit and predict on a Fortran-ordered or non-contiguous copy of X give what they give on
     the C-ordered X (issue 18, item 5: 6.7e-10 apart for the Student-t process before)."""
-    X, y = _data(name, "bool")
+    X, y = persistence_data(name, "bool")
     wide = np.zeros((X.shape[0], 2 * X.shape[1]))
     wide[:, ::2] = X
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = Est(device="cpu", random_state=0, **params).fit(X, y)
-        before = _outputs(ref, X)
+        before = predictive_outputs(ref, X)
         for layout in (np.asfortranarray(X), wide[:, ::2]):
             est = Est(device="cpu", random_state=0, **params).fit(layout, y)
-            _assert_same_outputs(_outputs(est, layout), before, "float64")
-            _assert_same_outputs(_outputs(ref, layout), before, "float64")
+            assert_same_outputs(predictive_outputs(est, layout), before, "float64")
+            assert_same_outputs(predictive_outputs(ref, layout), before, "float64")
 
 
 # ---------------------------------------------------------------- another process and thread count
@@ -137,7 +84,7 @@ import json, pickle, sys, warnings
 import numpy as np
 import torch
 sys.path.insert(0, sys.argv[4])
-from tests.test_persistence import FAST, MODES, _data, _outputs
+from tests.conftest import MODES, TINY, persistence_data, predictive_outputs
 from skbnngp.utils import all_estimators
 
 action, path, kinds = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
@@ -147,11 +94,11 @@ if action == "fit":
     for name, Est in all_estimators():
         for mode in MODES.get(name, [dict()]):
             for kind in kinds:
-                X, y = _data(name, kind)
-                est = Est(device="cpu", random_state=0, **FAST.get(name, {}), **mode).fit(X, y)
-                store.append((name, mode, kind, pickle.dumps(est), _outputs(est, X)))
+                X, y = persistence_data(name, kind)
+                est = Est(device="cpu", random_state=0, **TINY.get(name, {}), **mode).fit(X, y)
+                store.append((name, mode, kind, pickle.dumps(est), predictive_outputs(est, X)))
 else:
-    store = [(name, mode, kind, None, _outputs(pickle.loads(blob), _data(name, kind)[0]))
+    store = [(name, mode, kind, None, predictive_outputs(pickle.loads(blob), persistence_data(name, kind)[0]))
              for name, mode, kind, blob, _ in pickle.load(open(path, "rb"))]
 with open(path if action == "fit" else path + ".out", "wb") as fh:
     pickle.dump(store, fh)
@@ -183,7 +130,7 @@ def test_round_trip_into_another_process_and_thread_count(tmp_path, fit_threads,
     assert len(fitted) == len(loaded) > 0
     for (name, mode, kind, _, before), (_, _, _, _, after) in zip(fitted, loaded):
         try:
-            _assert_same_outputs(after, before, "float64")
+            assert_same_outputs(after, before, "float64")
         except AssertionError as exc:
             raise AssertionError(f"{name} {mode} on {kind}: {exc}") from None
 
@@ -193,7 +140,7 @@ def test_promise_catches_a_changed_model(name, Est, params):
     """The promise's tolerance is tight enough to tell apart two models whose training data
     differ by one part in 10^7: a changed hyperparameter, other jitter or a refit move the
     predictions by far more than it allows."""
-    X, y = _data(name)
+    X, y = persistence_data(name)
     rng = np.random.default_rng(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -204,7 +151,7 @@ def test_promise_catches_a_changed_model(name, Est, params):
         else:
             moved = Est(device="cpu", random_state=0, **params).fit(
                 X * (1 + 1e-7 * rng.standard_normal(X.shape)), y)
-        before, after = _outputs(est, X), _outputs(moved, X)
+        before, after = predictive_outputs(est, X), predictive_outputs(moved, X)
     keys = [k for k in before if k != "predict"]
     failures = 0
     for key in keys:

@@ -6,7 +6,7 @@ import pytest
 from skbnngp._base import input_scaling
 from skbnngp.utils import all_estimators
 
-from .test_common import FAST
+from .conftest import FAST
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 

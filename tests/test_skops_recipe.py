@@ -20,14 +20,14 @@ from skbnngp import (
 )
 from skbnngp.utils import all_estimators, skops_trusted_types
 
-from .test_persistence import FAST, MODES, _assert_same_outputs, _data, _outputs
+from .conftest import MODES, TINY, assert_same_outputs, persistence_data, predictive_outputs
 
 sio = pytest.importorskip("skops.io")
 from skops.io.exceptions import UntrustedTypesFoundException
 
 #: Every kind of fitted model: each estimator with each inference mode, and every choice of
 #: the parameters that put objects of the package into the fitted state (activations, priors).
-KINDS = [(Est, {**FAST.get(name, {}), **mode}) for name, Est in all_estimators()
+KINDS = [(Est, {**TINY.get(name, {}), **mode}) for name, Est in all_estimators()
          for mode in MODES.get(name, [{}])]
 KINDS += [(StudentTProcessRegressor, {"max_iter": 2, "activation": a})
           for a in ("erf", "leaky_relu", "tanh", "sigmoid")]
@@ -39,7 +39,7 @@ KINDS += [(StudentTProcessRegressor, {"max_iter": 2, "prior": "gaussian"}),
 
 
 def _fit(Est, params, dtype="float64"):
-    X, y = _data(Est.__name__)
+    X, y = persistence_data(Est.__name__)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = Est(device="cpu", random_state=0, dtype=dtype, **params).fit(X, y)
@@ -92,11 +92,11 @@ def test_recipe_round_trips_every_estimator(kind, fitted, tmp_path):
     sio.dump(est, path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        before = _outputs(est, X)
+        before = predictive_outputs(est, X)
         loaded = sio.load(path, trusted=skops_trusted_types())
-        after = _outputs(loaded, X)
+        after = predictive_outputs(loaded, X)
     assert type(loaded) is type(est)
-    _assert_same_outputs(after, before, "float64")
+    assert_same_outputs(after, before, "float64")
 
 
 def test_quadrature_activations_pickle_as_their_class():

@@ -1,5 +1,5 @@
 """Time the two classifiers' default fits on ``digits`` on CUDA (one 80/20 split), with
-accuracy, NLL and ECE, for a lent GPU machine: ``python scripts/gpu_classifiers.py OUT``.
+accuracy, NLL and ECE, for a lent GPU machine: ``python benchmarks/gpu/gpu_classifiers.py OUT``.
 Writes ``OUT/gpu_classifiers.json``. The CPU figures to compare with are
 ``compare digits``' (a 2-core machine)."""
 import json

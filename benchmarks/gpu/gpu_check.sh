@@ -6,23 +6,23 @@
 # step (a lent machine returns at most 8 files, and a command cut at its limit still returns
 # what it had packed); $OUT/summary.txt is the short account.
 #
-# Usage: bash scripts/gpu_check.sh [total seconds, default 570] [all | bench | targets | suite | gaps | tile | classifiers | graphs]
+# Usage: bash benchmarks/gpu/gpu_check.sh [total seconds, default 570] [all | bench | targets | suite | gaps | tile | classifiers | graphs]
 # "bench" stops after the benchmark, "targets" runs only the benchmark rows that decide
 # issue 11's targets (no tests), "suite" runs only the whole suite (with all the time),
 # "gaps" runs the CUDA tests, the rows earlier loans left unmeasured, then the suite; "tile"
-# runs scripts/compare_adjoint_tile.py (the tiled adjoint's old and new tile rule, same card),
-# then the suite; "classifiers" runs scripts/gpu_classifiers.py (both classifiers on digits
-# on CUDA), then the suite; "graphs" runs scripts/gpu_fidgp_graphs.py (FiD-GP's steps as
+# runs benchmarks/gpu/compare_adjoint_tile.py (the tiled adjoint's old and new tile rule, same card),
+# then the suite; "classifiers" runs benchmarks/gpu/gpu_classifiers.py (both classifiers on digits
+# on CUDA), then the suite; "graphs" runs benchmarks/gpu/gpu_fidgp_graphs.py (FiD-GP's steps as
 # CUDA graphs against eager steps), then the suite.
 # On a lent machine (10 minutes a command), with wheels of the optional packages the image
 # lacks in .whl/ (zuko, skops and its needs; scikit-learn, installed only when the image's
 # is older than the package needs):
-#   run(command="OUT=$OUT bash scripts/gpu_check.sh 570", carry=[".whl"], timeout_s=600)
+#   run(command="OUT=$OUT bash benchmarks/gpu/gpu_check.sh 570", carry=[".whl"], timeout_s=600)
 # The suite took 232 s for 542 of its ~1,400 tests with -n 12 on an H200 machine
 # (2026-11-26), so it needs a call of its own (and still does not finish): "bench" in one
 # call, then "suite" at once in a second (the machine stays warm only 30 s between calls).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 TOTAL="${1:-570}"
 MODE="${2:-all}"
@@ -89,19 +89,19 @@ bench() {  # bench NAME SECONDS ARGS...
   pack
 }
 if [ "$MODE" = "tile" ]; then
-  timeout -s INT -k 10 "${TILE_SECONDS:-200}" "$PY" scripts/compare_adjoint_tile.py \
+  timeout -s INT -k 10 "${TILE_SECONDS:-200}" "$PY" benchmarks/gpu/compare_adjoint_tile.py \
     --out "$W/adjoint_tile.json" > "$W/adjoint_tile.log" 2>&1
   say "adjoint tile rc=$?"; cat "$W/adjoint_tile.log" | tee -a "$W/summary.txt"; pack
 fi
 if [ "$MODE" = "classifiers" ]; then
   # both classifiers' default fits on digits on CUDA (FiD-GP was 2.9x slower than 2 CPU
   # cores on an H100 in the sixth loan: launch-bound), then the suite
-  timeout -s INT -k 10 "${CLASSIFIER_SECONDS:-240}" "$PY" scripts/gpu_classifiers.py "$W" \
+  timeout -s INT -k 10 "${CLASSIFIER_SECONDS:-240}" "$PY" benchmarks/gpu/gpu_classifiers.py "$W" \
     > "$W/gpu_classifiers.log" 2>&1
   say "classifiers rc=$?"; grep '^{' "$W/gpu_classifiers.log" | tee -a "$W/summary.txt"; pack
 fi
 if [ "$MODE" = "graphs" ]; then
-  timeout -s INT -k 10 "${GRAPH_SECONDS:-300}" "$PY" scripts/gpu_fidgp_graphs.py "$W" \
+  timeout -s INT -k 10 "${GRAPH_SECONDS:-300}" "$PY" benchmarks/gpu/gpu_fidgp_graphs.py "$W" \
     > "$W/gpu_fidgp_graphs.log" 2>&1
   say "graphs rc=$?"; grep '^{' "$W/gpu_fidgp_graphs.log" | tee -a "$W/summary.txt"
   tail -5 "$W/gpu_fidgp_graphs.log" | grep -v '^{' | tee -a "$W/summary.txt"; pack

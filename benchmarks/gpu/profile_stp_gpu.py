@@ -3,7 +3,7 @@
 Fits ``StudentTProcessRegressor(ard=True)`` on bench_gpu's data at the given sizes, in one
 process, with each listed function wrapped in a device-synchronised timer (so asynchronous
 work is charged to the function that launched it), and prints a cProfile summary of each fit.
-Usage: python scripts/profile_stp_gpu.py [--device cuda] [--sizes 5000 5000 20000 50000]
+Usage: python benchmarks/gpu/profile_stp_gpu.py [--device cuda] [--sizes 5000 5000 20000 50000]
 """
 import argparse
 import cProfile
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main():

@@ -1,12 +1,12 @@
 """FiD-GP's training steps as CUDA graphs against eager CUDA steps, for a lent GPU machine:
-``python scripts/gpu_fidgp_graphs.py OUT [--no-eager]``. Writes ``OUT/gpu_fidgp_graphs.json`` (and prints
+``python benchmarks/gpu/gpu_fidgp_graphs.py OUT [--no-eager]``. Writes ``OUT/gpu_fidgp_graphs.json`` (and prints
 each row as a JSON line as it comes).
 
 1. Agreement, on iris: the same small fits (float64) on the CPU, on CUDA with graphs and on
    CUDA with eager steps; the largest probability and OOD-score differences, and how many
    steps each stage replayed (``_graph_report``). One configuration has equal batches, one
    a shorter last batch (two graphs), one the defaults in float32.
-2. Time, on digits (one 80/20 split, the split of ``scripts/gpu_classifiers.py``): the
+2. Time, on digits (one 80/20 split, the split of ``benchmarks/gpu/gpu_classifiers.py``): the
    default fit with graphs, then with eager steps (``FiDGPClassifier._cuda_graphs =
    False``), each with accuracy, NLL and ECE. The sixth loan measured the eager default at
    153.6 s on an H100 against 52.2 s on 2 CPU cores. ``--no-eager`` skips the eager fit

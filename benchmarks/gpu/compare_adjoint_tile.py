@@ -7,7 +7,7 @@ both rules on the same card, alternating, each fit in its own process (``bench_g
 the device warmed before the clock starts), and writes the rows, with the engine's stages,
 to ``--out`` (JSON). GPyTorch's exact GP runs at the same sizes for the ratio.
 
-Usage (on a CUDA machine): python scripts/compare_adjoint_tile.py --out /tmp/tile.json
+Usage (on a CUDA machine): python benchmarks/gpu/compare_adjoint_tile.py --out /tmp/tile.json
 """
 import argparse
 import json
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import json, sys
