@@ -225,8 +225,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
     q_ : float
         ``tr(Y^T (K + lambda I)^{-1} Y)``.
     df_ : float
-        Degrees of freedom of the model's Student-t predictive (``inf`` when Gaussian,
-        ``nan`` for a mixture).
+        Degrees of freedom of the fitted process's own Student-t (its posterior over the
+        amplitude, before any calibration; ``inf`` when Gaussian, ``nan`` for a mixture).
     posterior_shape_, posterior_scale_ : float
         Inverse-gamma posterior of ``s`` (``nan`` for other priors).
     calibration_ : {"student_t", "gaussian"} or None
@@ -234,8 +234,9 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
     calibration_factor_ : float
         Factor on the predictive variance set by the calibration (1 without it).
     predictive_df_ : float
-        Degrees of freedom of the predictive t after the Student-t calibration (at most
-        ``df_``); ``inf`` without it (the predictive is then the model's own).
+        Degrees of freedom of the predictive that :meth:`predict_dist` returns: the
+        calibrated t's (at most ``df_``), or ``df_`` without a Student-t calibration
+        (``inf``: Gaussian). At 2 or fewer the predictive has no variance.
     log_marginal_likelihood_value_ : float
     effective_sample_size_ : float or None
         Effective sample size of the importance weights (``None`` otherwise).
@@ -503,6 +504,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         method = "student_t" if self.calibration == "auto" else self.calibration
         self.calibration_ = None if self._predictive == "ntk_trained" else method
         self._calibrate_from_loo(self.calibration_, engine, f, cache["p"])
+        if math.isinf(self.predictive_df_) and math.isfinite(self.df_):
+            self.predictive_df_ = float(self.df_)  # the process's own t is the predictive
 
     @property
     def L_(self):

@@ -90,3 +90,30 @@ def test_held_out_split_keeps_repeated_rows_on_one_side():
     tr, va = held_out_split(None, 130, np.random.RandomState(3), 0.2, X=XX)
     assert np.array_equal(np.sort(np.r_[tr, va]), np.arange(130))
     assert len(va) >= 26 and not set(map(tuple, XX[tr])) & set(map(tuple, XX[va]))
+
+
+def test_the_student_t_process_reports_its_predictive_degrees_of_freedom():
+    """Issue 47 item 2: ``df_`` printed 204 while the predictive's df was 1.78. ``df_`` is the
+    process's own t; ``predictive_df_`` is always the df of what predict_dist returns."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    y = X[:, 0] + 0.3 * rng.standard_normal(80)
+    for cal in ("auto", "gaussian", None):
+        reg = StudentTProcessRegressor(calibration=cal, random_state=0, max_iter=30).fit(X, y)
+        dist = reg.predict_dist(X[:3])
+        assert reg.predictive_df_ <= reg.df_
+        if np.isfinite(reg.predictive_df_):
+            assert dist.dist.name == "t"
+            assert np.allclose(dist.kwds.get("df", dist.args[0] if dist.args else None),
+                               reg.predictive_df_)
+        if cal != "auto":
+            assert reg.predictive_df_ == reg.df_
+
+
+def test_a_single_target_regressor_refuses_two_columns_naming_why():
+    """Issue 47 item 3: Rich-BLL refused (n, 2) with sklearn's generic 'y should be a 1d
+    array'."""
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(40, 2)), rng.normal(size=(40, 2))
+    with pytest.raises(ValueError, match=r"fits one target, but y has shape \(40, 2\)"):
+        RichBLLRegressor(max_iter=5).fit(X, Y)

@@ -506,3 +506,35 @@ def test_scorer_without_a_predictive_distribution_raises_naming_it(toy_regressio
     pipe = make_pipeline(StandardScaler(), Ridge()).fit(X, y)
     with pytest.raises(TypeError, match=r"Ridge \(the final step of Pipeline\) has no"):
         neg_nlpd_scorer(pipe, X, y)
+
+
+def _package_cases():
+    from skbnngp.utils import all_estimators
+
+    from .conftest import FAST
+
+    for name, Est in all_estimators():
+        yield pytest.param(Est, FAST.get(name, {}), id=name)
+
+
+@pytest.mark.parametrize("Est, params", list(_package_cases()))
+def test_package_scorers_on_a_pipeline_equal_the_prescaled_estimator(Est, params):
+    """Issue 47 item 1: every scorer of the package on Pipeline(StandardScaler, est) equals
+    the same scorer on ``est`` fitted and scored on the pre-scaled data (it gave NaN)."""
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3)) * [1.0, 10.0, 100.0] + 5.0
+    classifier = "Classifier" in Est.__name__
+    y = (X[:, 0] > 5.0).astype(int) if classifier else np.sin(X[:, 0]) + 0.1 * rng.normal(size=60)
+    make = lambda: Est(**{**params, "random_state": 0})  # noqa: E731
+    pipe = make_pipeline(StandardScaler(), make()).fit(X[:40], y[:40])
+    scaler = StandardScaler().fit(X[:40])
+    est = make().fit(scaler.transform(X[:40]), y[:40])
+    scorers = [neg_ece_scorer] if classifier else [neg_nlpd_scorer, neg_crps_scorer,
+                                                   neg_coverage_error_scorer]
+    for scorer in scorers:
+        got = scorer(pipe, X[40:], y[40:])
+        assert np.isfinite(got)
+        assert got == pytest.approx(scorer(est, scaler.transform(X[40:]), y[40:]), rel=1e-9)
