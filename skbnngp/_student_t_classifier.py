@@ -13,8 +13,10 @@ from sklearn.utils.multiclass import check_classification_targets
 from ._backend import to_numpy
 from ._backend._onehot import argmax_proba, label_variance, loo_noise_search
 from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
-from ._base import TorchEstimatorMixin, check_class_labels, plain, transactional
+from ._base import (TorchEstimatorMixin, check_class_labels, duplicate_groups, plain,
+                    transactional)
 from ._predictive import ClassifierPredictiveMixin
+from . import _student_t as _regressor_module
 from ._student_t import StudentTProcessRegressor
 from .utils._sklearn_compat import (
     StrOptions,
@@ -27,9 +29,7 @@ from .utils._sklearn_compat import (
 #: of :class:`StudentTProcessRegressor` except ``alpha``'s, which also spans the
 #: leave-one-out grid and is wider: the kernel's amplitude is not identified apart from
 #: ``s``, and on one-hot targets the fitted kernel diagonal reaches hundreds.
-HYPERPARAMETER_BOUNDS = {"weight_variance": (1e-2, 1e2), "bias_variance": (1e-5, 1e1),
-                         "alpha": (1e-6, 1e3), "prior_shape": "fixed",
-                         "prior_scale": (1e-3, 1e4), "relevance": (1e-3, 1e3)}
+HYPERPARAMETER_BOUNDS = {**_regressor_module.HYPERPARAMETER_BOUNDS, "alpha": (1e-6, 1e3)}
 
 #: ``ard="auto"`` takes the ARD kernel only when its mean paired leave-one-out gain is more
 #: than ``ARD_Z`` standard errors above zero and at least ``ARD_MIN_GAIN`` nats a row.
@@ -278,7 +278,8 @@ random_state, verbose
             found = loo_noise_search(
                 eng.kernel(p, eng.X), eng.Y, yi, posterior, grid,
                 int(np.searchsorted(grid, alpha_ev)), low=low, weights=LABEL_VARIANCE_GRID,
-                fixed_weight=fixed_w, n_nodes=LOO_NODES, coarse=LOO_COARSE)
+                fixed_weight=fixed_w, n_nodes=LOO_NODES, coarse=LOO_COARSE,
+                groups=duplicate_groups(to_numpy(eng.X)))
             if found is not None:
                 i, out["loo"], out["eps"], out["rows"], out["w"] = found
                 if grid[i] != alpha_ev:

@@ -117,3 +117,29 @@ def test_a_single_target_regressor_refuses_two_columns_naming_why():
     X, Y = rng.normal(size=(40, 2)), rng.normal(size=(40, 2))
     with pytest.raises(ValueError, match=r"fits one target, but y has shape \(40, 2\)"):
         RichBLLRegressor(max_iter=5).fit(X, Y)
+
+
+def test_the_student_t_classifier_selects_its_noise_leaving_repeated_rows_out_together():
+    """Issue 53 item 1: trained on every row twice, the leave-one-out noise search saw each
+    row predicted by its twin and the log loss went from 0.41 to 1.21. Rows of one input are
+    now left out together. (The evidence fit itself still degenerates on exact duplicates,
+    whose likelihood is unbounded as the noise goes to 0, so the gap to the de-duplicated fit
+    is not closed: 0.52 against 0.41 here; whats_new.)"""
+    from sklearn.metrics import log_loss
+
+    from skbnngp import StudentTProcessClassifier
+
+    rng = np.random.default_rng(0)
+
+    def make(n):
+        X = rng.normal(size=(n, 4))
+        p = 1 / (1 + np.exp(-2 * (X[:, 0] + X[:, 1] * X[:, 2])))
+        return X, (rng.uniform(size=n) < p).astype(int)
+
+    X, y = make(200)
+    Xt, yt = make(3000)
+    once = log_loss(yt, StudentTProcessClassifier(random_state=0, ard=False)
+                    .fit(X, y).predict_proba(Xt))
+    twice = log_loss(yt, StudentTProcessClassifier(random_state=0, ard=False)
+                     .fit(np.r_[X, X], np.r_[y, y]).predict_proba(Xt))
+    assert once < 0.45 and twice < once + 0.15

@@ -67,7 +67,7 @@ def label_variance(mu, low):
 
 
 def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_weight=None,
-                     n_nodes=8, coarse=4):
+                     n_nodes=8, coarse=4, groups=()):
     """The noise ratio on ``grid`` of smallest leave-one-out class log loss.
 
     With ``K_a = K + a I = U diag(e + a) U^T``, the predictive of the one-hot row ``i`` given
@@ -82,7 +82,10 @@ def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_we
     with the label-variance weight ``fixed_weight`` (``None``: 0); with ``None`` the weight
     is then chosen from ``weights`` at the chosen ``a`` (ties keep the smaller weight;
     ``weights`` starts at 0 so the loss never rises). ``n_nodes`` Gauss-Hermite and scale
-    nodes score each point; ``low`` is the targets' lower value.
+    nodes score each point; ``low`` is the targets' lower value. The rows of each of
+    ``groups`` (index arrays of rows that repeat one input) are left out together: with
+    ``B = [K_a^-1]_GG`` their predictive is ``N(y_G - B^-1 [K_a^-1 Y]_G, s B^-1)`` (a twin
+    left in would predict its row and drive the noise to its bound).
 
     Returns ``(index into grid, mean loss, label noise, per-row losses (NumPy), weight)``,
     or ``None`` when no point scores finitely.
@@ -95,6 +98,7 @@ def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_we
         eps_t = as_tensor(np.asarray(LABEL_NOISE_GRID), device, dtype)
         yi_t = torch.as_tensor(yi, device=device).long()
         rows = torch.arange(n, device=device)
+        group_rows = [torch.as_tensor(g, device=device) for g in groups]
         e, U = torch.linalg.eigh(K)
         e = e.clamp_min(0.0)
         UtY, U2 = U.T @ Y, U * U
@@ -106,8 +110,13 @@ def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_we
             dual = U @ (UtY * d[:, None])
             q, logdet = (Y * dual).sum(), torch.log(e + a).sum()
             mu = Y - dual / diag_inv[:, None]
+            var = 1.0 / diag_inv
+            for g in group_rows:
+                Binv = torch.linalg.inv((U[g] * d) @ U[g].T)
+                mu[g] = Y[g] - Binv @ dual[g]
+                var[g] = Binv.diagonal()
             mix = posterior(q, logdet)
-            P = argmax_proba(mu, 1.0 / diag_inv, mix.quantile_nodes(n_nodes), n_nodes,
+            P = argmax_proba(mu, var, mix.quantile_nodes(n_nodes), n_nodes,
                              device, dtype,
                              extra=w * label_variance(mu, low) if w > 0 else None)
             P = P / P.sum(dim=1, keepdim=True).clamp_min(1e-300)
