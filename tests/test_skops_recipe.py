@@ -197,3 +197,33 @@ def test_kinds_cover_every_public_estimator():
     covered = {Est for Est, _ in KINDS}
     assert covered == {Est for _, Est in all_estimators()}
     assert {FiDGPClassifier, RichBLLRegressor} <= covered
+
+
+def test_a_loaded_file_cannot_ask_for_unbounded_work():
+    """Issue 53 item 4: a trusted ``Tanh`` node carrying ``n_quadrature=20000`` made predict
+    never return, and a network plan of 6000-wide layers was built (830 MB) before its
+    weights were checked. The activation is bounded when it is made (every load path calls
+    its constructor), and a plan is checked against its weights before anything is built."""
+    import pickle
+
+    from skbnngp import RichBLLRegressor
+    from skbnngp.kernels import Tanh
+    from skbnngp.kernels._activations import MAX_QUADRATURE
+
+    with pytest.raises(ValueError, match="n_quadrature must be an integer in"):
+        Tanh(MAX_QUADRATURE + 1)
+    blob = pickle.dumps(Tanh(40), protocol=2).replace(b"K(", b"M\x20N", 1)  # 40 -> 20000
+    with pytest.raises(ValueError, match="n_quadrature"):
+        pickle.loads(blob)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    model = RichBLLRegressor(max_iter=3, hidden_layer_sizes=(8,), random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(X, X[:, 0])
+    state = model.__getstate__()
+    state["network_"]["mlp_plan"]["hidden_layer_sizes"] = [6000, 6000]
+    with pytest.raises(ValueError, match="plan does not match its weights"):
+        RichBLLRegressor().__setstate__(state)

@@ -146,12 +146,25 @@ def mlp_to_state(net):
 
 
 def mlp_from_state(state, device="cpu"):
-    """Rebuild a network saved by :func:`mlp_to_state` (weights bit for bit)."""
+    """Rebuild a network saved by :func:`mlp_to_state` (weights bit for bit).
+
+    The plan is first built without memory (on the ``meta`` device) and its parameter shapes
+    checked against the saved weights, so a file whose plan asks for more than its weights
+    hold (a tampered or corrupted one) is refused before anything is allocated."""
     plan = dict(state["mlp_plan"])
     weights = state["weights"]
     dtype = torch.as_tensor(next(iter(weights.values()))).dtype
-    net = build_mlp(plan.pop("n_in"), plan.pop("hidden_layer_sizes"), plan.pop("n_out"),
-                    device="cpu", dtype=dtype, **plan)
+    args = (plan.pop("n_in"), plan.pop("hidden_layer_sizes"), plan.pop("n_out"))
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in build_mlp(*args, device="meta", dtype=dtype,
+                                                            **plan).state_dict().items()}
+    saved = {k: tuple(np.shape(v)) for k, v in weights.items()}
+    if shapes != saved:
+        bad = sorted(k for k in set(shapes) | set(saved) if shapes.get(k) != saved.get(k))
+        raise ValueError(f"the saved network's plan does not match its weights ({bad[0]}: "
+                         f"plan {shapes.get(bad[0])}, weights {saved.get(bad[0])}); the file "
+                         "is corrupted or was altered.")
+    net = build_mlp(*args, device="cpu", dtype=dtype, **plan)
     net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
     return net.to(device)
 

@@ -621,6 +621,11 @@ def _cholesky_rule(fn, k11, k22, k12, z, w, shape):
     return total
 
 
+#: Most Gauss-Hermite nodes per dimension (the cost grows with its square; 200 nodes reach
+#: round-off for smooth activations and ~1e-7 for ReLU-like kinks).
+MAX_QUADRATURE = 200
+
+
 class QuadratureActivation(Activation):
     """Any elementwise activation, integrated by 2-D Gauss-Hermite quadrature.
 
@@ -655,6 +660,7 @@ class QuadratureActivation(Activation):
         self.function = function
         self.derivative = derivative
         self.n_quadrature = n_quadrature
+        self._check()  # also what a loaded file asks for: bounded before any kernel runs
 
     def _params(self):
         return {
@@ -665,8 +671,10 @@ class QuadratureActivation(Activation):
 
     def _check(self):
         n = self.n_quadrature
-        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 2:
-            raise ValueError(f"n_quadrature must be an integer >= 2, got {n!r}.")
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) \
+                or not 2 <= n <= MAX_QUADRATURE:
+            raise ValueError(f"n_quadrature must be an integer in [2, {MAX_QUADRATURE}], got "
+                             f"{n!r}.")
 
     def phi(self, x):
         """The activation."""
