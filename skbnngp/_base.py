@@ -291,6 +291,36 @@ def transactional(fit):
     return wrapper
 
 
+def check_fitted_state(name, state):
+    """Refuse a loaded state whose shared fitted attributes have the wrong shape or value
+    (a corrupted or altered file would otherwise broadcast silently into the predictions):
+    the input scaling has one entry per feature, the target statistics one per target, the
+    calibration factor is positive and finite and the predictive's degrees of freedom
+    positive. Raises a ValueError naming the attribute."""
+    d = state.get("n_features_in_")
+    problems = []
+    for key in ("_X_offset", "_X_scale"):
+        if key in state and d is not None and np.shape(state[key]) != (d,):
+            problems.append(f"{key} has shape {np.shape(state[key])}, expected ({d},)")
+    if "_X_scale" in state and not np.all(np.asarray(state["_X_scale"]) > 0):
+        problems.append("_X_scale has entries <= 0")
+    if "_y_train_mean" in state and "_y_train_std" in state:
+        m, sd = np.shape(state["_y_train_mean"]), np.shape(state["_y_train_std"])
+        if m != sd or len(m) != 1:
+            problems.append(f"_y_train_mean / _y_train_std have shapes {m} / {sd}")
+        elif not np.all(np.asarray(state["_y_train_std"]) > 0):
+            problems.append("_y_train_std has entries <= 0")
+    factor = state.get("calibration_factor_")
+    if factor is not None and not (np.ndim(factor) == 0 and 0 < float(factor) < np.inf):
+        problems.append(f"calibration_factor_={plain(factor)!r} is not a positive number")
+    df = state.get("predictive_df_")
+    if df is not None and not (np.ndim(df) == 0 and float(df) > 0):
+        problems.append(f"predictive_df_={plain(df)!r} is not positive")
+    if problems:
+        raise ValueError(f"{name}: the saved state is corrupted or was altered: "
+                         + "; ".join(problems) + ".")
+
+
 class TorchEstimatorMixin:
     """Device handling, caches and pickling for estimators with a torch backend.
 
@@ -349,6 +379,7 @@ class TorchEstimatorMixin:
         return state
 
     def __setstate__(self, state):
+        check_fitted_state(type(self).__name__, state)
         if isinstance(state.get("_dtype"), str):
             state["_dtype"] = resolve_dtype(state["_dtype"])
         dev = state.get("device_")

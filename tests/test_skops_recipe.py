@@ -9,6 +9,7 @@ import warnings
 import zipfile
 from importlib import import_module
 
+import numpy as np
 import pytest
 
 from skbnngp import (
@@ -215,8 +216,6 @@ def test_a_loaded_file_cannot_ask_for_unbounded_work():
     blob = pickle.dumps(Tanh(40), protocol=2).replace(b"K(", b"M\x20N", 1)  # 40 -> 20000
     with pytest.raises(ValueError, match="n_quadrature"):
         pickle.loads(blob)
-    import numpy as np
-
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
     model = RichBLLRegressor(max_iter=3, hidden_layer_sizes=(8,), random_state=0)
@@ -227,3 +226,28 @@ def test_a_loaded_file_cannot_ask_for_unbounded_work():
     state["network_"]["mlp_plan"]["hidden_layer_sizes"] = [6000, 6000]
     with pytest.raises(ValueError, match="plan does not match its weights"):
         RichBLLRegressor().__setstate__(state)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("_X_offset", lambda v: v[:1], "_X_offset has shape"),
+    ("_y_train_std", lambda v: np.r_[v, v], "_y_train_mean / _y_train_std"),
+    ("calibration_factor_", lambda v: -1.0, "calibration_factor_=-1.0 is not a positive"),
+])
+def test_tampered_fitted_attributes_are_refused_naming_them(key, value, match):
+    """Issue 53 item 7: attributes of the wrong shape broadcast silently on load (predictions
+    moved by 0.004-0.12), and a negative calibration factor gave std 0."""
+    import pickle
+
+    from skbnngp import StudentTProcessRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3))
+    model = StudentTProcessRegressor(max_iter=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(X, X[:, 0])
+    state = model.__getstate__()
+    state[key] = value(np.asarray(state[key]))
+    with pytest.raises(ValueError, match=match):
+        StudentTProcessRegressor().__setstate__(state)
+    pickle.loads(pickle.dumps(model))  # the untouched state loads
