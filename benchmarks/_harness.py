@@ -55,6 +55,27 @@ def versions():
 
 
 # ============================================================================ one fit
+def with_settings(cls, settings, module=None):
+    """``cls`` whose ``fit`` runs with private module settings patched: the ablations and
+    alternatives that left the estimators' signatures (upper-case names of ``module``,
+    default ``cls``'s own module). A dict setting is merged into the module's dict. The
+    fitted model keeps what it needs, so only the fit is patched."""
+    import importlib
+    from unittest import mock
+
+    mod = importlib.import_module(module or cls.__module__)
+    patch = {k: ({**getattr(mod, k), **v} if isinstance(v, dict) else v)
+             for k, v in settings.items()}
+
+    class Patched(cls):
+        def fit(self, X, y, *args, **kwargs):
+            with mock.patch.multiple(mod, **patch):
+                return super().fit(X, y, *args, **kwargs)
+
+    Patched.__name__ = Patched.__qualname__ = cls.__name__
+    return Patched
+
+
 def brier(y, proba, classes):
     """Multi-class Brier score, ``mean_i sum_k (p_ik - 1{y_i = k})^2``."""
     onehot = (np.asarray(y)[:, None] == np.asarray(classes)[None, :]).astype(np.float64)

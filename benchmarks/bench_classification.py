@@ -63,6 +63,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (  # noqa: E402
+    with_settings,
     RESULTS,
     fmt,
     git_commit,
@@ -173,31 +174,12 @@ class MLPEnsembleClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
-def _with_settings(cls, module, settings):
-    """``cls`` whose ``fit`` runs with the private settings of ``module`` patched (a dict
-    setting is merged into the module's own); the fitted model keeps what it needs."""
-    import importlib
-    from unittest import mock
-
-    mod = importlib.import_module(module)
-    patch = {k: ({**getattr(mod, k), **v} if isinstance(v, dict) else v)
-             for k, v in settings.items()}
-
-    class Patched(cls):
-        def fit(self, X, y):
-            with mock.patch.multiple(mod, **patch):
-                return super().fit(X, y)
-
-    Patched.__name__ = Patched.__qualname__ = cls.__name__
-    return Patched
-
-
 def _variant(base, params, settings=None):
     import skbnngp
 
     cls = {"fidgp": skbnngp.FiDGPClassifier, "stpc": skbnngp.StudentTProcessClassifier}[base]
     if settings:
-        cls = _with_settings(cls, {"stpc": _STPC_MODULE}[base], settings)
+        cls = with_settings(cls, settings, module={"stpc": _STPC_MODULE}[base])
     return cls(device="cpu", random_state=0, **params)
 
 

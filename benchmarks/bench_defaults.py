@@ -42,6 +42,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from _harness import with_settings  # noqa: E402
 
 #: Candidate defaults: estimator -> [(label, parameters)]; the first is the default the
 #: package shipped before this benchmark. A ``"settings"`` entry of the parameters holds
@@ -100,23 +102,6 @@ def load(name, notes):
     raise ValueError(f"unknown data set {name!r}")
 
 
-def _with_settings(cls, settings):
-    """``cls`` whose ``fit`` runs with the private ``settings`` of its module patched (the
-    fitted model keeps what it needs, so only the fit is patched)."""
-    import importlib
-    from unittest import mock
-
-    module = importlib.import_module(cls.__module__)
-
-    class Patched(cls):
-        def fit(self, X, y):
-            with mock.patch.multiple(module, **settings):
-                return super().fit(X, y)
-
-    Patched.__name__ = Patched.__qualname__ = cls.__name__
-    return Patched
-
-
 def make_pipe(estimator, params, n_features):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
@@ -130,7 +115,7 @@ def make_pipe(estimator, params, n_features):
         cls = getattr(skbnngp, estimator)
         settings = params.pop("settings", None)
         if settings:
-            cls = _with_settings(cls, settings)
+            cls = with_settings(cls, settings)
         model = cls(device="cpu", random_state=0, **params)
     return Pipeline([("scale", StandardScaler()), ("model", model)])
 

@@ -55,6 +55,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from _harness import with_settings  # noqa: E402
 
 HIDDEN = (64, 64)
 #: ``--variants``: FiD-GP with one parameter changed, compared seed by seed with the defaults'
@@ -133,28 +135,13 @@ def entropy(p):
     return -(p * np.log(np.clip(p, 1e-300, 1))).sum(1)
 
 
-class _Patched:
-    """A FiD-GP whose ``fit`` runs with private settings of ``skbnngp._fidgp`` patched;
-    ``fit`` returns the fitted estimator itself."""
-
-    def __init__(self, est, settings):
-        self.est, self.settings = est, settings
-
-    def fit(self, X, y):
-        from unittest.mock import patch
-
-        import skbnngp._fidgp as module
-        with patch.multiple(module, **self.settings):
-            return self.est.fit(X, y)
-
-
 def fidgp(seed=0, **params):
     """FiD-GP with ``params``: constructor parameters, and upper-case names for the private
     settings of ``skbnngp._fidgp`` (ablations no longer in the signature)."""
     from skbnngp import FiDGPClassifier
     settings = {k: params.pop(k) for k in list(params) if k.isupper()}
-    est = FiDGPClassifier(device="cpu", random_state=seed, **params)
-    return _Patched(est, settings) if settings else est
+    cls = with_settings(FiDGPClassifier, settings) if settings else FiDGPClassifier
+    return cls(device="cpu", random_state=seed, **params)
 
 
 def refit_ood(clf, Xtr, method):

@@ -31,7 +31,7 @@ Models (``--models``):
   ``dbk_nocal`` the same with ``calibration=None`` (the default of 2026-11-25),
   ``dbk_paper`` trained on the paper's bound (the private ``skbnngp._dbk.EXACT_OBJECTIVE =
   "bound"``, the default before 2026-11-25), ``dbk_ev0`` the exact evidence alone
-  (``EVIDENCE_TRACE_WEIGHT = 0``; both patched during fit, see ``_dbk_ablation``),
+  (``EVIDENCE_TRACE_WEIGHT = 0``; both patched during fit, see ``_harness.with_settings``),
   ``richbll`` ``RichBLLRegressor`` (default ``calibration="auto"``: the Student-t
   calibration on the held-out rows, since 2026-11-26), ``richbll_nocal`` the same with
   ``calibration=None`` (the paper's Gaussian predictive, the default before),
@@ -102,6 +102,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (  # noqa: E402
+    with_settings,
     RESULTS,
     GaussianMixture,
     fmt,
@@ -349,43 +350,6 @@ class SVGPRegressor(_TorchRegressor):
                         np.sqrt(np.concatenate(variances)) * self.y_scale_)
 
 
-def _dbk_ablation(settings, **params):
-    """A ``DBKRegressor`` whose ``fit`` runs with private settings of ``skbnngp._dbk``
-    patched (the ablations that left its signature; prediction reads fitted state only)."""
-    import contextlib
-    from unittest import mock
-
-    import skbnngp
-    import skbnngp._dbk as dbk_module
-
-    reg = skbnngp.DBKRegressor(**params)
-    fit = reg.fit
-
-    def patched_fit(X, y):
-        with contextlib.ExitStack() as stack:
-            for name, value in settings.items():
-                stack.enter_context(mock.patch.object(dbk_module, name, value))
-            return fit(X, y)
-
-    reg.fit = patched_fit
-    return reg
-
-
-def _stp_without_relevance_prior():
-    """StudentTProcessRegressor fitted with its private ``RELEVANCE_PRIOR = None`` (the fitted
-    model keeps what it needs, so only the fit is patched)."""
-    from unittest import mock
-
-    import skbnngp._student_t as st
-
-    class StudentTProcessRegressor(st.StudentTProcessRegressor):
-        def fit(self, X, y):
-            with mock.patch.object(st, "RELEVANCE_PRIOR", None):
-                return super().fit(X, y)
-
-    return StudentTProcessRegressor
-
-
 def make_model(name, n_features, quick=False, seed=0):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
@@ -397,7 +361,8 @@ def make_model(name, n_features, quick=False, seed=0):
     model = {
         "stp": lambda: skbnngp.StudentTProcessRegressor(**common),
         "stp_auto": lambda: skbnngp.StudentTProcessRegressor(ard="auto", **common),
-        "stp_noprior": lambda: _stp_without_relevance_prior()(**common),
+        "stp_noprior": lambda: with_settings(skbnngp.StudentTProcessRegressor,
+                                             {"RELEVANCE_PRIOR": None})(**common),
         "stp_loo": lambda: skbnngp.StudentTProcessRegressor(calibration="gaussian", **common),
         "stp_nocal": lambda: skbnngp.StudentTProcessRegressor(calibration=None, **common),
         "mixed": lambda: skbnngp.MixedActivationGPRegressor(**common),
@@ -408,8 +373,10 @@ def make_model(name, n_features, quick=False, seed=0):
         "dbk": lambda: skbnngp.DBKRegressor(**common),
         "dbk_loo": lambda: skbnngp.DBKRegressor(calibration="gaussian", **common),
         "dbk_nocal": lambda: skbnngp.DBKRegressor(calibration=None, **common),
-        "dbk_paper": lambda: _dbk_ablation({"EXACT_OBJECTIVE": "bound"}, **common),
-        "dbk_ev0": lambda: _dbk_ablation({"EVIDENCE_TRACE_WEIGHT": 0.0}, **common),
+        "dbk_paper": lambda: with_settings(skbnngp.DBKRegressor,
+                                           {"EXACT_OBJECTIVE": "bound"})(**common),
+        "dbk_ev0": lambda: with_settings(skbnngp.DBKRegressor,
+                                         {"EVIDENCE_TRACE_WEIGHT": 0.0})(**common),
         "richbll": lambda: skbnngp.RichBLLRegressor(**common),
         "richbll_cal": lambda: skbnngp.RichBLLRegressor(calibration="gaussian", **common),
         "richbll_nocal": lambda: skbnngp.RichBLLRegressor(calibration=None, **common),

@@ -7,12 +7,10 @@ import numpy as np
 import pytest
 
 
-def check_factor_read_on_demand(est, legacy_drop=(), legacy=True):
+def check_factor_read_on_demand(est):
     """``est`` is fitted. Returns the factor. Checks that it is not a stored attribute, is
-    the read-only lower factor of ``K + noise I`` (``L L^T dual_coef_ = y_train_``), that a
-    pickle carries no n x n array and loads to the same factor, and that a state saved
-    before ``L_`` was read on demand (with a stale ``L_``; keys ``legacy_drop`` absent)
-    loads without it (unless ``legacy`` is False: an estimator without that pickle shim)."""
+    the read-only lower factor of ``K + noise I`` (``L L^T dual_coef_ = y_train_``), and
+    that a pickle carries no n x n array and loads to the same factor."""
     cls = type(est)
     n = est.y_train_.shape[0]
     assert "L_" not in vars(est)
@@ -24,13 +22,6 @@ def check_factor_read_on_demand(est, legacy_drop=(), legacy=True):
     blob = pickle.dumps(est)
     assert len(blob) < n * n * 8
     np.testing.assert_allclose(pickle.loads(blob).L_, L, rtol=1e-10, atol=1e-12)
-    if legacy:
-        old = {k: v for k, v in est.__getstate__().items() if k not in legacy_drop}
-        old["L_"] = np.zeros((n, n))
-        back = cls.__new__(cls)
-        back.__setstate__(old)
-        assert "L_" not in vars(back)
-        np.testing.assert_allclose(back.L_, L, rtol=1e-10, atol=1e-12)
     with pytest.raises(AttributeError):
         _ = cls().L_
     return L
