@@ -378,9 +378,10 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         self : object
         """
         self._check_params()
-        if y is not None and np.ndim(y) == 2 and np.shape(y)[1] > 1:
+        shape = np.asarray(y).shape if y is not None else ()
+        if len(shape) == 2 and shape[1] > 1:
             raise ValueError(f"{type(self).__name__} fits one target, but y has shape "
-                             f"{np.shape(y)}; fit one model per column (e.g. sklearn's "
+                             f"{shape}; fit one model per column (e.g. sklearn's "
                              "MultiOutputRegressor) or use a multi-output regressor such as "
                              "StudentTProcessRegressor.")
         X, y = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2,
