@@ -162,7 +162,9 @@ class RegressorPredictiveMixin:
         if full_cov or Xs.shape[0] <= PREDICT_BLOCK_ROWS:
             mean, V = self._latent_moments(as_tensor(Xs, self.device_, self._dtype), full_cov)
         else:  # row blocks: the extra memory of a prediction does not grow with the rows
-            parts = [self._latent_moments(as_tensor(Xs[sl], self.device_, self._dtype), False)
+            # copies: a block's outputs may be views that would keep its temporaries alive
+            parts = [tuple(np.array(a) for a in self._latent_moments(
+                         as_tensor(Xs[sl], self.device_, self._dtype), False))
                      for sl in iter_slices(Xs.shape[0], PREDICT_BLOCK_ROWS)]
             mean = np.concatenate([m for m, _ in parts])
             V = np.concatenate([v for _, v in parts])

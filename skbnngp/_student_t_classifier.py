@@ -10,12 +10,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 
-from ._backend import to_numpy
+from ._backend import iter_slices, to_numpy
 from ._backend._onehot import argmax_proba, label_variance, loo_noise_search
 from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
 from ._base import (TorchEstimatorMixin, check_class_labels, duplicate_groups, plain,
                     transactional)
-from ._predictive import ClassifierPredictiveMixin
+from ._predictive import PREDICT_BLOCK_ROWS, ClassifierPredictiveMixin
 from . import _student_t as _regressor_module
 from ._student_t import StudentTProcessRegressor
 from .utils._sklearn_compat import (
@@ -342,9 +342,11 @@ random_state, verbose
         n_q = self._n_quadrature
         nodes = reg._mixing().quantile_nodes(n_q)
         w = self.label_variance_
-        P = to_numpy(argmax_proba(mu, V, nodes, n_q, reg.device_, reg._dtype,
-                                  extra=w * label_variance(mu, self._label_low) if w > 0
-                                  else None))
+        # row blocks: the quadrature's (rows x nodes x classes) work stays one block's size
+        P = np.concatenate([to_numpy(argmax_proba(
+            mu[sl], V[sl], nodes, n_q, reg.device_, reg._dtype,
+            extra=w * label_variance(mu[sl], self._label_low) if w > 0 else None)).copy()
+            for sl in iter_slices(mu.shape[0], PREDICT_BLOCK_ROWS)])
         if not np.all(np.isfinite(P)):
             raise ValueError(f"{type(self).__name__}: the class probabilities at X are not "
                              "finite (X may lie far outside the training range); rescale X.")
