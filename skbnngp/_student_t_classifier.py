@@ -15,7 +15,7 @@ from ._backend._onehot import argmax_proba, label_variance, loo_noise_search
 from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
 from ._base import (TorchEstimatorMixin, check_class_labels, duplicate_groups, plain,
                     transactional)
-from ._predictive import PREDICT_BLOCK_ROWS, ClassifierPredictiveMixin
+from ._predictive import ClassifierPredictiveMixin
 from . import _student_t as _regressor_module
 from ._student_t import StudentTProcessRegressor
 from .utils._sklearn_compat import (
@@ -38,6 +38,9 @@ ARD_Z, ARD_MIN_GAIN = 2.0, 1e-3
 #: Lower value of the class targets: 0 (one-hot); -0.1 gives the centred coding
 #: (one-hot minus 0.1).
 TARGET_LOW = 0.0
+#: Rows per block of the class-probability quadrature (its temporaries hold rows x nodes x
+#: classes^2 values: 1,024 rows keep a prediction of 10^6 rows within ~100 MB).
+QUADRATURE_BLOCK_ROWS = 1024
 
 #: Gauss-Hermite nodes (and scale nodes) of ``predict_proba``; its cost grows as the square.
 N_QUADRATURE = 16
@@ -346,7 +349,7 @@ random_state, verbose
         P = np.concatenate([to_numpy(argmax_proba(
             mu[sl], V[sl], nodes, n_q, reg.device_, reg._dtype,
             extra=w * label_variance(mu[sl], self._label_low) if w > 0 else None)).copy()
-            for sl in iter_slices(mu.shape[0], PREDICT_BLOCK_ROWS)])
+            for sl in iter_slices(mu.shape[0], QUADRATURE_BLOCK_ROWS)])
         if not np.all(np.isfinite(P)):
             raise ValueError(f"{type(self).__name__}: the class probabilities at X are not "
                              "finite (X may lie far outside the training range); rescale X.")
