@@ -29,7 +29,7 @@ def _smooth(d, n, seed):
 
 
 @pytest.mark.parametrize("Est", GP_REGRESSORS + HELD_OUT)
-@pytest.mark.parametrize("d, n", [(1, 20), (1, 200), (5, 50), (5, 200)])
+@pytest.mark.parametrize("d, n", [(1, 20), (1, 200), (5, 50)])
 def test_noiseless_smooth_targets_get_a_finite_std_and_cover(Est, d, n):
     """Issue 47 item 2: a smooth deterministic function got a Cauchy predictive (df 1,
     infinite std). Its predictive now has a variance, and its 95 % intervals cover a dense
