@@ -610,16 +610,8 @@ def coverage_error(y_true, dist, confidence=0.95, *, sample_weight=None,
 
     Parameters
     ----------
-    y_true : array-like of shape (n_samples,) or (n_samples, n_targets)
-        Observed targets.
-    dist : predictive distribution
-        Object with a vectorised ``cdf`` whose batch shape equals ``y_true``'s.
-    confidence : float in (0, 1), default=0.95
-        Probability mass of the central interval.
-    sample_weight : array-like of shape (n_samples,), default=None
-        Weights of the samples.
-    multioutput : {"uniform_average", "raw_values"}, default="uniform_average"
-        ``"raw_values"`` returns one value per target.
+    y_true, dist, confidence, sample_weight, multioutput
+        As in :func:`interval_coverage`.
 
     Returns
     -------
