@@ -167,11 +167,11 @@ def held_out_split(estimator, n, rng, fraction, X=None):
         perm = rng.permutation(n)
         return np.sort(perm[n_val:]), np.sort(perm[:n_val])
     # one unit per distinct input (first occurrence order), units drawn in random order
-    _, first, inverse = np.unique(np.asarray(X), axis=0, return_index=True,
-                                  return_inverse=True)
-    rank = np.argsort(np.argsort(first))  # unit of each unique input, by first occurrence
-    unit = rank[inverse.ravel()]
-    members = [np.flatnonzero(unit == u) for u in range(first.size)]
+    _, first, inverse, counts = np.unique(np.asarray(X), axis=0, return_index=True,
+                                          return_inverse=True, return_counts=True)
+    by_first = np.argsort(first)  # units in first-occurrence order
+    members = np.split(np.argsort(inverse.ravel(), kind="stable"), np.cumsum(counts)[:-1])
+    members = [members[u] for u in by_first]  # O(n log n): no scan of every row per unit
     taken, val = 0, []
     for u in rng.permutation(first.size):
         if taken >= n_val:
@@ -336,7 +336,7 @@ class TorchEstimatorMixin:
 
     def _get_cache(self):
         # Rebuilt from fitted attributes only (device_ and the fitted _dtype), never from a
-        # parameter that set_params may have changed since fit (issue 18 item 3).
+        # parameter that set_params may have changed since fit.
         cache = self.__dict__.get("_cache")
         if cache is None:
             if "_dtype" not in self.__dict__:  # a model pickled before _dtype was saved

@@ -29,7 +29,10 @@ def watching(est):
 
 
 def invalid_value(Est, name):
-    from sklearn.utils._param_validation import generate_invalid_param_val, make_constraint
+    from sklearn.utils._param_validation import (
+        generate_invalid_param_val,
+        make_constraint,
+    )
 
     constraints = [make_constraint(c) for c in Est._parameter_constraints[name]]
     for constraint in constraints:

@@ -6,8 +6,12 @@ import warnings
 import numpy as np
 import pytest
 
-from skbnngp import (DBKRegressor, MixedActivationGPRegressor, RichBLLRegressor,
-                     StudentTProcessRegressor)
+from skbnngp import (
+    DBKRegressor,
+    MixedActivationGPRegressor,
+    RichBLLRegressor,
+    StudentTProcessRegressor,
+)
 from skbnngp._base import held_out_split
 from skbnngp.exceptions import HeavyTailWarning
 

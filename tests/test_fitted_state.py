@@ -19,8 +19,8 @@ import pytest
 
 from skbnngp.utils import all_estimators
 
-from ._promise import assert_same_predictions
 from ._params import SKIP, alternatives, invalid_value, watching
+from ._promise import assert_same_predictions
 from .conftest import MODES, TINY, persistence_data
 
 pytestmark = pytest.mark.filterwarnings("ignore")

@@ -37,8 +37,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from skbnngp.utils import all_estimators
 
-from ._promise import assert_same_labels, assert_same_predictions
 from ._params import SKIP, alternatives, invalid_value, watching
+from ._promise import assert_same_labels, assert_same_predictions
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402

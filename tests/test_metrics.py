@@ -15,8 +15,6 @@ from skbnngp.distributions import ScaleMixtureNormal
 from skbnngp.metrics import (
     calibration_curve_regression,
     coverage_error,
-    neg_coverage_error_scorer,
-    predictive_response,
     crps,
     expected_calibration_error,
     get_scorer,
@@ -25,12 +23,14 @@ from skbnngp.metrics import (
     interval_width,
     make_predictive_scorer,
     neg_calibration_error_scorer,
+    neg_coverage_error_scorer,
     neg_crps_scorer,
     neg_ece_scorer,
     neg_interval_width_scorer,
     neg_nlpd_scorer,
     nlpd,
     ood_auroc,
+    predictive_response,
     regression_calibration_error,
 )
 

@@ -19,7 +19,15 @@ import pytest
 from skbnngp.utils import all_estimators
 
 from ._promise import assert_same_predictions
-from .conftest import MODES, ROOT, TINY, assert_same_outputs, persistence_data, predictive_outputs
+from .conftest import (
+    MODES,
+    ROOT,
+    TINY,
+    assert_same_outputs,
+    persistence_data,
+    predictive_outputs,
+)
+
 
 def _cases(dtypes=("float64", "float32")):
     for name, Est in all_estimators():

@@ -21,7 +21,13 @@ from skbnngp import (
 )
 from skbnngp.utils import all_estimators, skops_trusted_types
 
-from .conftest import MODES, TINY, assert_same_outputs, persistence_data, predictive_outputs
+from .conftest import (
+    MODES,
+    TINY,
+    assert_same_outputs,
+    persistence_data,
+    predictive_outputs,
+)
 
 sio = pytest.importorskip("skops.io")
 from skops.io.exceptions import UntrustedTypesFoundException

@@ -73,7 +73,7 @@ def _adjoint_tile(n, block):
 def _inverse_from_cholesky(L):
     """``(L L^T)^-1``: LAPACK's ``cholesky_inverse`` on the CPU; on CUDA a triangular solve
     and a matrix product, which run at matrix-multiply speed there (``cholesky_inverse`` ran
-    at half of it on an H100, issue 11)."""
+    at half of it on an H100)."""
     if L.device.type != "cuda":
         return torch.cholesky_inverse(L)
     Li = torch.linalg.solve_triangular(L, torch.eye(L.shape[0], dtype=L.dtype,
@@ -429,8 +429,20 @@ def leave_group_out(engine, state, params, r, v, groups):
     keep their leave-one-out values). Returns new ``(r, v)``.
     """
     r, v = r.clone(), v.clone()
-    if not groups:
-        return r, v
+    batch = []
+    for k, g in enumerate(groups):  # batches of about GROUP_BATCH_ROWS rows: memory n x batch
+        batch.append(g)
+        if sum(len(b) for b in batch) >= GROUP_BATCH_ROWS or k == len(groups) - 1:
+            _leave_groups_out(engine, state, params, r, v, batch)
+            batch = []
+    return r, v
+
+
+#: Rows of the inverse kernel's block that :func:`leave_group_out` forms at once.
+GROUP_BATCH_ROWS = 1024
+
+
+def _leave_groups_out(engine, state, params, r, v, groups):
     idx = torch.as_tensor(np.concatenate(groups), device=r.device)
     Kinv, a = engine.inverse_block(state, params, idx)
     start = 0
@@ -443,7 +455,6 @@ def leave_group_out(engine, state, params, r, v, groups):
             rows = idx[sl]
             r[rows] = Binv @ a[sl]
             v[rows] = Binv.diagonal()
-    return r, v
 
 
 def gp_predict(kernel, params, state, Xq, *, full_cov=False, noise=0.0, batch_size=None,

@@ -562,7 +562,7 @@ def _quiet_stream_mismatch():
 
     The warm-up steps run on side streams and the capture on its own stream, as CUDA graphs
     require, while the last step's autograd graph is still referenced; autograd then warns
-    (seen on an H100, 2026-11-27). The gradients are right (the graphed fits match the eager
+    (seen on an H100). The gradients are right (the graphed fits match the eager
     ones) and the capture succeeds, so the note is noise to the user.
     """
     with warnings.catch_warnings():

@@ -162,12 +162,16 @@ def _brute_force_groups(Kn, Y, groups):
     return r, v
 
 
+@pytest.mark.parametrize("batch", [1024, 4])  # one batch of blocks, or several
 @pytest.mark.parametrize("engine", ["exact", "nystrom"])
-def test_leave_group_out_equals_refitting_without_each_group(engine):
+def test_leave_group_out_equals_refitting_without_each_group(engine, batch, monkeypatch):
     """Rows that repeat one input, left out together (issue 53 item 1): residuals and
     variances equal conditioning on the other rows by explicit solves."""
+    import skbnngp._backend._gp as gp_module
     from skbnngp._backend import leave_group_out
     from skbnngp._base import duplicate_groups
+
+    monkeypatch.setattr(gp_module, "GROUP_BATCH_ROWS", batch)
 
     X, Y = _data(n=30)
     X = torch.cat([X, X[:8], X[:3]])  # rows 0-2 three times, 3-7 twice
