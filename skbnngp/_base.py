@@ -310,15 +310,29 @@ def check_fitted_state(name, state):
             problems.append(f"_y_train_mean / _y_train_std have shapes {m} / {sd}")
         elif not np.all(np.asarray(state["_y_train_std"]) > 0):
             problems.append("_y_train_std has entries <= 0")
+    # a scalar, or one value per target (a per-target calibration of a multi-output fit)
+    n_targets = np.shape(state.get("_y_train_std", ()))
     factor = state.get("calibration_factor_")
-    if factor is not None and not (np.ndim(factor) == 0 and 0 < float(factor) < np.inf):
+    if factor is not None and not (_scalar_or_per_target(factor, n_targets)
+                                   and np.all((np.asarray(factor, dtype=float) > 0)
+                                              & (np.asarray(factor, dtype=float) < np.inf))):
         problems.append(f"calibration_factor_={plain(factor)!r} is not a positive number")
     df = state.get("predictive_df_")
-    if df is not None and not (np.ndim(df) == 0 and float(df) > 0):
+    if df is not None and not (_scalar_or_per_target(df, n_targets)
+                               and np.all(np.asarray(df, dtype=float) > 0)):
         problems.append(f"predictive_df_={plain(df)!r} is not positive")
     if problems:
         raise ValueError(f"{name}: the saved state is corrupted or was altered: "
                          + "; ".join(problems) + ".")
+
+
+def _scalar_or_per_target(value, n_targets):
+    """A real number, or a real array of shape ``n_targets`` (the shape of ``_y_train_std``)."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return False
+    return arr.ndim == 0 or (len(n_targets) == 1 and arr.shape == tuple(n_targets))
 
 
 class TorchEstimatorMixin:

@@ -49,11 +49,21 @@ def near_noiseless(residuals, targets, noise_share):
     """Whether held-out residuals come from a near-noiseless target: the noise is under
     :data:`LOW_NOISE_SHARE` of their predictive variance, or the residuals are under
     :data:`LOW_RESIDUAL` of the targets' spread (a Nystrom or network noise term can absorb
-    approximation error and stay large)."""
+    approximation error and stay large).
+
+    ``residuals`` and ``targets`` of shape (n,) or (n, 1) give a bool; of shape (n, C) with
+    C > 1 (a multi-output fit), a bool array of shape (C,): one answer per target.
+    """
     r = np.abs(np.asarray(residuals, dtype=np.float64))
-    spread = float(np.max(np.std(np.asarray(targets, dtype=np.float64), axis=0), initial=0.0))
+    t = np.asarray(targets, dtype=np.float64)
+    if r.ndim == 2 and r.shape[1] > 1:
+        t = t.reshape(t.shape[0], -1)
+        return np.array([near_noiseless(r[:, j], t[:, j], noise_share)
+                         for j in range(r.shape[1])])
+    spread = float(np.max(np.std(t, axis=0), initial=0.0))
     tiny = spread > 0 and float(np.median(r[np.isfinite(r)])) < LOW_RESIDUAL * spread
     return bool(noise_share < LOW_NOISE_SHARE or tiny)
+
 
 #: ``_parameter_constraints`` entry of a regressor's ``calibration``.
 REGRESSOR_CALIBRATION = [StrOptions({"auto", "student_t", "gaussian"}), None]

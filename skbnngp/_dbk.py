@@ -213,11 +213,13 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         Noise variance on the normalised target scale (before the calibration).
     calibration_ : {"student_t", "gaussian"} or None
         The calibration that ran.
-    calibration_factor_ : float
+    calibration_factor_ : float or ndarray of shape (n_targets,)
         Factor on the predictive variance set by the calibration (1 without it; >= 1 except
         where the Student-t calibration narrowed a heavy-tailed predictive).
-    predictive_df_ : float
+    predictive_df_ : float or ndarray of shape (n_targets,)
         Degrees of freedom of the Student-t predictive; ``inf``: Gaussian.
+        Both are arrays for a multi-output ``y``: each target is calibrated on its own
+        residuals, with its own tails.
     weight_mean_ : ndarray of shape (n_basis, n_targets)
         Posterior (exact) or variational (svi) mean of the basis weights.
     weight_cov_factor_ : ndarray of shape (n_basis, n_basis)

@@ -173,11 +173,13 @@ default=("tanh", "leaky_relu")
         At ``theta_`` (under the Nystrom approximation when ``approx="nystrom"``).
     calibration_ : {"student_t", "gaussian"} or None
         The calibration that ran.
-    calibration_factor_ : float
+    calibration_factor_ : float or ndarray of shape (n_targets,)
         Factor on the predictive variance set by the calibration (>= 1 except where the
         Student-t calibration's scale test narrowed the predictive).
-    predictive_df_ : float
+    predictive_df_ : float or ndarray of shape (n_targets,)
         Degrees of freedom of the Student-t predictive; ``inf``: Gaussian.
+        Both are arrays for a multi-output ``y``: each target is calibrated on its own
+        residuals, with its own tails.
     map_objective_value_ : float
         ``-log_marginal_likelihood_value_`` plus the prior terms of (20) (none by default).
     n_iter_ : int

@@ -99,12 +99,28 @@ class RegressorPredictiveMixin:
         out = mean * self._y_train_std + self._y_train_mean
         return out[:, 0] if self._y_1d else out
 
-    def _fit_calibration(self, method, z, **options):
+    def _fit_calibration(self, method, z, *, near_noiseless=False, **options):
         """Set ``calibration_factor_`` and ``predictive_df_`` from the standardised
         residuals ``z`` of rows the predictive did not see (see
-        :func:`~skbnngp._calibration.fit_variance_calibration`; ``options`` go to it)."""
+        :func:`~skbnngp._calibration.fit_variance_calibration`; ``options`` go to it).
+
+        A multi-output ``z`` (n, C) is calibrated target by target: both attributes become
+        arrays of shape (C,), so one heavy-tailed or near-noiseless target does not set the
+        tails of the others (``near_noiseless`` may then be a bool per target).
+        """
+        reference = self._model_mixing()
+        z = np.asarray(z, dtype=np.float64)
+        if method is not None and z.ndim == 2 and z.shape[1] > 1:
+            flags = np.broadcast_to(np.asarray(near_noiseless, dtype=bool), (z.shape[1],))
+            fits = [fit_variance_calibration(method, z[:, j], reference=reference,
+                                             near_noiseless=bool(flag), **options)
+                    for j, flag in enumerate(flags)]
+            self.calibration_factor_ = np.array([factor for factor, _ in fits])
+            self.predictive_df_ = np.array([df for _, df in fits])
+            return
         self.calibration_factor_, self.predictive_df_ = fit_variance_calibration(
-            method, z, reference=self._model_mixing(), **options)
+            method, z, reference=reference, near_noiseless=bool(np.all(near_noiseless)),
+            **options)
 
     def _calibrate_from_loo(self, method, engine, state, params):
         """:meth:`_fit_calibration` on the closed-form leave-one-out residuals of a fitted
@@ -132,24 +148,81 @@ class RegressorPredictiveMixin:
         Gaussian process). The Student-t process overrides it with its posterior."""
         return Mixing("delta", value=1.0)
 
+    def _per_target(self):
+        """Whether the calibration was fitted target by target (arrays of shape (C,))."""
+        return np.ndim(self.predictive_df_) > 0 or np.ndim(self.calibration_factor_) > 0
+
+    def _target_dfs(self):
+        """``predictive_df_`` as an array of shape (C,) (a per-target calibration)."""
+        return np.broadcast_to(np.asarray(self.predictive_df_, dtype=np.float64),
+                               self._y_train_std.shape)
+
+    def _target_std(self):
+        """Per-target factor from the normalised to y's standard deviation: the targets'
+        scale, times the square root of a per-target calibration factor (a shared factor is
+        applied to the latent variance by :meth:`_latent`)."""
+        if np.ndim(self.calibration_factor_) > 0:
+            return self._y_train_std * np.sqrt(self.calibration_factor_)
+        return self._y_train_std
+
     def _mixing(self):
         """The predictive's amplitude as a scale mixture of the Gaussian: the model's own
         (:meth:`_model_mixing`) or, after a Student-t calibration, ``InvGamma(df/2, df s0 /
         2)`` with ``df = predictive_df_`` (a Student-t at the model's squared scale ``s0``,
-        :meth:`Mixing.t_reference`)."""
+        :meth:`Mixing.t_reference`). A per-target calibration has one per target: see
+        :meth:`_predictive_dist`."""
         mix = self._model_mixing()
         df = self.predictive_df_
+        if np.ndim(df) > 0:
+            df = np.asarray(df, dtype=np.float64)
+            if np.all(np.isinf(df)):
+                return mix
+            df = float(np.min(df))  # the heaviest target's tails (error messages only)
         if math.isinf(df):
             return mix
         s0 = mix.t_reference()[0]
         return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0 * s0)
 
+    def _per_target_t(self):
+        """``(df, s0, model)`` of a per-target calibration that chose some finite degrees of
+        freedom: target j is a Student-t with ``df[j]`` degrees of freedom at squared scale
+        ``s0`` where ``df[j]`` is finite, and the model's own predictive where it is
+        infinite (a point mass or inverse gamma is a t of ``model``'s degrees of freedom; a
+        sampled mixing is read at its mean amplitude, as the calibration read it)."""
+        mix = self._model_mixing()
+        s0, model_df = mix.t_reference()
+        return self._target_dfs(), s0, model_df
+
     def _variance_multiplier(self):
-        return self._mixing().mean()  # inf where df <= 2: a t without a variance
+        """Multiplier of the unit-amplitude variance: a scalar, or one per target (C,) for
+        a per-target calibration; ``inf`` where the predictive is a t with df <= 2."""
+        if not self._per_target() or np.all(np.isinf(self._target_dfs())):
+            return self._mixing().mean()  # inf where df <= 2: a t without a variance
+        df, s0, model_df = self._per_target_t()
+        df = np.where(np.isinf(df), model_df, df)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_mean = np.where(df > 2, s0 * df / (df - 2.0), np.inf)
+        return np.where(np.isinf(df), s0, t_mean)
+
+    def _predictive_dist(self, loc, std):
+        """Frozen predictive at ``loc`` with unit-amplitude std ``std`` (y's units)."""
+        if not self._per_target() or np.all(np.isinf(self._target_dfs())):
+            return self._mixing().predictive(loc, std=std)
+        df, s0, model_df = self._per_target_t()
+        from scipy import stats  # noqa: PLC0415 - only a per-target calibration needs it
+
+        return stats.t(df=np.where(np.isinf(df), model_df, df), loc=loc,
+                       scale=math.sqrt(s0) * np.asarray(std))
 
     def _sample_scales(self, n_samples, rng):
-        """Amplitude of each joint draw (1 for a Gaussian process; a scale mixture draws s)."""
-        return self._mixing().sample(n_samples, rng)
+        """Amplitude of each joint draw (1 for a Gaussian process; a scale mixture draws s):
+        shape (n_samples,), or (C, n_samples) for a per-target calibration."""
+        if not self._per_target() or np.all(np.isinf(self._target_dfs())):
+            return self._mixing().sample(n_samples, rng)
+        df, s0, model_df = self._per_target_t()
+        df = np.where(np.isinf(df), model_df, df)
+        return np.stack([np.full(n_samples, s0) if math.isinf(d)
+                         else s0 * d / rng.chisquare(d, size=n_samples) for d in df])
 
     def _latent(self, X, *, full_cov=False):
         """Calibrated normalised predictive mean (m x C) and variance (m,) or covariance
@@ -168,7 +241,9 @@ class RegressorPredictiveMixin:
                      for sl in iter_slices(Xs.shape[0], PREDICT_BLOCK_ROWS)]
             mean = np.concatenate([m for m, _ in parts])
             V = np.concatenate([v for _, v in parts])
-        return mean, clip_variances(self, np.asarray(V) * self.calibration_factor_, full_cov)
+        # a per-target factor is applied to each target's scale (:meth:`_target_std`)
+        factor = self.calibration_factor_ if np.ndim(self.calibration_factor_) == 0 else 1.0
+        return mean, clip_variances(self, np.asarray(V) * factor, full_cov)
 
     def _latent_moments(self, Xq, full_cov):  # pragma: no cover - every regressor overrides
         raise NotImplementedError
@@ -205,21 +280,25 @@ n_targets), optional
         mult = self._variance_multiplier()
         # an infinite multiplier is a true answer (a Student-t predictive with df <= 2 has no
         # variance); otherwise a non-finite std or covariance is an error
-        exists = bool(np.isfinite(mult))
+        finite = np.isfinite(mult)
+        exists = bool(np.all(finite))
         if not exists:
+            which = "" if np.ndim(mult) == 0 else \
+                f" for target(s) {np.flatnonzero(~finite).tolist()}"
             warnings.warn(
                 f"{type(self).__name__}: the predictive is a Student-t with "
-                f"{self._mixing().t_reference()[1]:.3g} degrees of freedom (<= 2), which has "
-                f"no variance, so the {'std' if return_std else 'covariance'} is infinite; "
-                "use predict_dist(X).interval(level) for finite intervals.",
+                f"{self._mixing().t_reference()[1]:.3g} degrees of freedom (<= 2){which}, "
+                f"which has no variance, so the {'std' if return_std else 'covariance'} is "
+                "infinite there; use predict_dist(X).interval(level) for finite intervals.",
                 HeavyTailWarning, stacklevel=2)
+        scale = self._target_std()
         if return_std:  # sqrt before scaling: no overflow for targets near the float limit
-            std = np.sqrt(np.asarray(V, dtype=np.float64)[:, None] * mult) * self._y_train_std
-            std = std[:, 0] if self._y_1d else std
-            return y_mean, (self._check_finite(std, "std") if exists else std)
-        cov = np.asarray(V, dtype=np.float64)[:, :, None] * (mult * self._y_train_std**2)
-        cov = cov[:, :, 0] if self._y_1d else cov
-        return y_mean, (self._check_finite(cov, "covariance") if exists else cov)
+            std = np.sqrt(np.asarray(V, dtype=np.float64)[:, None] * mult) * scale
+            self._check_finite(std[:, np.broadcast_to(finite, scale.shape)], "std")
+            return y_mean, (std[:, 0] if self._y_1d else std)
+        cov = np.asarray(V, dtype=np.float64)[:, :, None] * (mult * scale**2)
+        self._check_finite(cov[:, :, np.broadcast_to(finite, scale.shape)], "covariance")
+        return y_mean, (cov[:, :, 0] if self._y_1d else cov)
 
     def predict_std(self, X):
         """Predictive standard deviation of y at ``X`` (``inf`` where it does not exist).
@@ -253,9 +332,9 @@ n_targets), optional
         mean, V = self._latent(X)
         loc = self._check_finite(self._unscale(mean), "mean")
         # sqrt before scaling: no overflow for targets near the float limit
-        std = np.sqrt(np.asarray(V, dtype=np.float64))[:, None] * self._y_train_std[None, :]
+        std = np.sqrt(np.asarray(V, dtype=np.float64))[:, None] * self._target_std()[None, :]
         std = self._check_finite(std[:, 0] if self._y_1d else std, "std")
-        return self._mixing().predictive(loc, std=std)
+        return self._predictive_dist(loc, std)
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw joint samples from the predictive at ``X`` (noise included by default).
@@ -283,9 +362,10 @@ n_targets), optional
         m, C = mean.shape
         s = self._sample_scales(n_samples, rng)
         z = as_tensor(rng.standard_normal((m, C * n_samples)), self.device_, self._dtype)
-        draws = to_numpy(Lv @ z).reshape(m, C, n_samples) * np.sqrt(s)[None, None, :]
-        out = (mean[:, :, None] + draws) * self._y_train_std[None, :, None] \
-            + self._y_train_mean[None, :, None]
+        s = np.reshape(s, (-1, n_samples))  # (1 or C, n_samples): per-target amplitudes
+        draws = to_numpy(Lv @ z).reshape(m, C, n_samples) * np.sqrt(s)[None, :, :]
+        out = mean[:, :, None] * self._y_train_std[None, :, None] \
+            + draws * self._target_std()[None, :, None] + self._y_train_mean[None, :, None]
         return out[:, 0, :] if self._y_1d else out
 
     def _check_finite(self, values, what):

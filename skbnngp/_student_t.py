@@ -231,12 +231,14 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         Inverse-gamma posterior of ``s`` (``nan`` for other priors).
     calibration_ : {"student_t", "gaussian"} or None
         The calibration that ran.
-    calibration_factor_ : float
+    calibration_factor_ : float or ndarray of shape (n_targets,)
         Factor on the predictive variance set by the calibration (1 without it).
-    predictive_df_ : float
+    predictive_df_ : float or ndarray of shape (n_targets,)
         Degrees of freedom of the predictive that :meth:`predict_dist` returns: the
         calibrated t's (at most ``df_``), or ``df_`` without a Student-t calibration
         (``inf``: Gaussian). At 2 or fewer the predictive has no variance.
+        Both are arrays for a multi-output ``y``: each target is calibrated on its own
+        residuals, with its own tails.
     log_marginal_likelihood_value_ : float
     effective_sample_size_ : float or None
         Effective sample size of the importance weights (``None`` otherwise).
@@ -437,8 +439,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         cache = self._get_cache()
         r, v = self._engine.loo(cache["factor"], cache["p"])
         r = to_numpy(r)
-        std = np.sqrt(to_numpy(v) * self.calibration_factor_)[:, None]
-        return self._mixing().predictive(np.zeros_like(r), std=np.broadcast_to(
+        std = np.sqrt(to_numpy(v)[:, None] * self.calibration_factor_)
+        return self._predictive_dist(np.zeros_like(r), np.broadcast_to(
             std, r.shape)).logpdf(r).sum(axis=1)
 
     def _fit_kernel(self, X, y, kind, inference, bounds, settings, ard):
@@ -504,8 +506,10 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         method = "student_t" if self.calibration == "auto" else self.calibration
         self.calibration_ = None if self._predictive == "ntk_trained" else method
         self._calibrate_from_loo(self.calibration_, engine, f, cache["p"])
-        if math.isinf(self.predictive_df_) and math.isfinite(self.df_):
-            self.predictive_df_ = float(self.df_)  # the process's own t is the predictive
+        if math.isfinite(self.df_):  # the process's own t is the predictive where the
+            df = self.predictive_df_   # calibration kept the model's shape
+            self.predictive_df_ = (np.where(np.isinf(df), float(self.df_), df) if np.ndim(df)
+                                   else float(self.df_) if math.isinf(df) else df)
 
     @property
     def L_(self):

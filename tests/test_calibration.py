@@ -147,3 +147,90 @@ def test_the_student_t_classifier_selects_its_noise_leaving_repeated_rows_out_to
     twice = log_loss(yt, StudentTProcessClassifier(random_state=0, ard=False)
                      .fit(np.r_[X, X], np.r_[y, y]).predict_proba(Xt))
     assert once < 0.45 and twice < once + 0.15
+
+
+def _two_targets(n, seed):
+    """A noiseless smooth column beside a column with heavy-tailed (t, 1.5 df) noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    f = np.sin(X[:, 0]) + 0.5 * X[:, 1]
+    return X, np.c_[f, f + 0.3 * rng.standard_t(1.5, size=n)]
+
+
+@pytest.mark.parametrize("Est", [StudentTProcessRegressor, MixedActivationGPRegressor,
+                                 DBKRegressor])
+def test_multi_output_targets_get_their_own_tails(Est):
+    """Issue 47 item 3: one heavy-tailed column made every column's std infinite. Each
+    target now has its own degrees of freedom and factor: the noiseless column keeps a
+    variance (df >= 3) whatever the other column's tails, and the predictive of each
+    column is the t its attributes name."""
+    X, Y = _two_targets(120, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = Est(random_state=0).fit(X, Y)
+        mean, std = reg.predict(X[:40], return_std=True)
+    df, factor = reg.predictive_df_, reg.calibration_factor_
+    assert np.shape(df) == np.shape(factor) == (2,)
+    assert df[0] >= 3.0 and np.all(np.isfinite(std[:, 0]))
+    dist = reg.predict_dist(X[:40])
+    np.testing.assert_allclose(dist.mean(), mean, rtol=1e-10, atol=1e-12)
+    finite = df > 2  # return_std and predict_dist agree wherever the variance exists
+    np.testing.assert_allclose(dist.std()[:, finite], std[:, finite], rtol=1e-10)
+    assert np.all(np.isinf(std[:, ~finite]))
+    lo, hi = dist.interval(0.9)  # each column a t with its own df
+    half = (hi - lo) / 2 / dist.std() if np.all(finite) else None
+    if half is not None:
+        from scipy import stats
+        with np.errstate(invalid="ignore"):  # df = inf: the Gaussian's quantile
+            expected = np.where(np.isinf(df), stats.norm.ppf(0.95),
+                                stats.t.ppf(0.95, df) * np.sqrt((df - 2) / df))
+        np.testing.assert_allclose(half, np.broadcast_to(expected, half.shape), rtol=1e-8)
+
+
+def test_identical_columns_get_identical_calibrations_and_affine_predictives():
+    """A column and an affine copy of it (3 y + 1) have the same normalised residuals:
+    the per-target calibration gives both the same df and factor, and the copy's
+    predictive is the column's, mapped by y -> 3 y + 1."""
+    X, Y = _two_targets(80, 1)
+    Y2 = np.c_[Y[:, 1], 3 * Y[:, 1] + 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = MixedActivationGPRegressor(random_state=0).fit(X, Y2)
+    np.testing.assert_allclose(reg.predictive_df_[0], reg.predictive_df_[1], rtol=1e-8)
+    np.testing.assert_allclose(reg.calibration_factor_[0], reg.calibration_factor_[1],
+                               rtol=1e-8)
+    lo, hi = reg.predict_dist(X[:10]).interval(0.8)
+    np.testing.assert_allclose(lo[:, 1], 3 * lo[:, 0] + 1, rtol=1e-7, atol=1e-7)
+    np.testing.assert_allclose(hi[:, 1], 3 * hi[:, 0] + 1, rtol=1e-7, atol=1e-7)
+
+
+def test_per_target_draws_follow_each_targets_predictive():
+    """``sample_y`` under a per-target calibration: each column's draws have its own
+    predictive's variance (Monte-Carlo, 6,000 draws; a t with df > 4 has a finite
+    fourth moment, so the sample variance's relative error is a few percent)."""
+    X, Y = _two_targets(100, 2)
+    Y = np.c_[Y[:, 0], Y[:, 0] + 0.3 * np.random.default_rng(3).standard_normal(100)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = MixedActivationGPRegressor(random_state=0).fit(X, Y)
+        draws = reg.sample_y(X[:3], n_samples=6000, random_state=0)  # (3, 2, 6000)
+    assert np.shape(reg.predictive_df_) == (2,)
+    if np.any(reg.predictive_df_ <= 4):
+        pytest.skip("a fitted df <= 4: the sample variance has no finite error bound")
+    np.testing.assert_allclose(draws.var(axis=2), reg.predict_dist(X[:3]).var(), rtol=0.15)
+
+
+def test_a_per_target_calibration_round_trips_and_a_wrong_shape_is_refused():
+    import pickle
+
+    X, Y = _two_targets(60, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = MixedActivationGPRegressor(random_state=0).fit(X, Y)
+    back = pickle.loads(pickle.dumps(reg))
+    np.testing.assert_allclose(back.predict_dist(X[:5]).interval(0.9),
+                               reg.predict_dist(X[:5]).interval(0.9), rtol=1e-12)
+    state = reg.__getstate__()
+    state["predictive_df_"] = np.array([3.0, 4.0, 5.0])
+    with pytest.raises(ValueError, match="predictive_df_"):
+        pickle.loads(pickle.dumps(reg)).__setstate__(state)
