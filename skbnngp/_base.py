@@ -146,6 +146,64 @@ def duplicate_groups(X):
     return [g for g in np.split(order, bounds) if g.size > 1]
 
 
+def check_weights(X, sample_weight):
+    """``sample_weight`` as a float64 vector of ``X``'s rows (sklearn's
+    ``_check_sample_weight``: a ValueError naming it when negative, non-finite or of the
+    wrong length), or None."""
+    if sample_weight is None:
+        return None
+    from sklearn.utils.validation import _check_sample_weight
+
+    w = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    if np.any(w < 0):
+        raise ValueError("Negative values in data passed to sample_weight.")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("sample_weight must be finite.")
+    if not w.sum() > 0:
+        raise ValueError("sample_weight must have a positive sum (every weight is 0).")
+    return w
+
+
+def collapse_rows(X, y, sample_weight):
+    """The training rows as distinct ``(x, y)`` rows with summed weights: ``(X, y, w)``.
+
+    Rows of weight 0 are dropped, exact duplicates of ``(x, y)`` are merged into one row
+    whose weight is their count (or summed weight), and the rows are put in lexicographic
+    order, so that integer weights and the rows repeated that many times (in any order)
+    give the identical training problem. With ``sample_weight=None`` and no duplicated
+    row, ``(X, y, None)`` is returned unchanged, so an unweighted fit of distinct rows is
+    exactly what it was. ``y`` may have one or two dimensions.
+    """
+    n = X.shape[0]
+    Y = np.asarray(y).reshape(n, -1)
+    if sample_weight is None:
+        if n < 2 or np.unique(np.hstack([X, Y]), axis=0).shape[0] == n:
+            return X, y, None
+        sample_weight = np.ones(n)
+    keep = sample_weight > 0
+    X, y, Y, w = X[keep], np.asarray(y)[keep], Y[keep], sample_weight[keep]
+    _, first, inverse = np.unique(np.hstack([X, Y]), axis=0, return_index=True,
+                                  return_inverse=True)
+    w = np.bincount(inverse.ravel(), weights=w, minlength=first.size)
+    return X[first], y[first], w
+
+
+def weighted_median(values, weights=None):
+    """The median of ``values`` with frequency ``weights`` (``np.median`` without them;
+    with integer weights, ``np.median`` of the values repeated)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if weights is None:
+        return float(np.median(v))
+    w = np.broadcast_to(np.asarray(weights, dtype=np.float64).reshape(-1, *([1] * (
+        np.ndim(values) - 1))), np.shape(values)).ravel()
+    order = np.argsort(v, kind="stable")
+    v, c = v[order], np.cumsum(w[order])
+    half = 0.5 * c[-1]
+    lo = int(np.searchsorted(c, half, side="left"))
+    hi = int(np.searchsorted(c, half, side="right"))
+    return float(0.5 * (v[min(lo, v.size - 1)] + v[min(hi, v.size - 1)]))
+
+
 def held_out_split(estimator, n, rng, fraction, X=None):
     """``(train_rows, validation_rows)``: sorted index arrays, ``ceil(fraction n)`` rows held
     out at random, or every row and None when ``fraction`` is None (no early stopping).
@@ -203,7 +261,7 @@ def fit_transaction(estimator, rollback=None):
         raise
 
 
-def input_scaling(X, method="standard", enabled=True):
+def input_scaling(X, method="standard", enabled=True, sample_weight=None):
     """Per-column ``(offset, scale)`` of the inputs, as sklearn's scalers handle them.
 
     ``method``: ``"standard"`` (mean, std), ``"minmax_center"`` (mid-range, range) or
@@ -211,7 +269,8 @@ def input_scaling(X, method="standard", enabled=True):
     column by its largest magnitude, so columns near 1e300 do not overflow when squared or
     subtracted; a scale below ``10 eps`` of the column's magnitude (a constant or
     near-constant column, up to round-off) counts as 1, so the column is only centred and
-    never divided by a tiny range. ``enabled=False`` gives zeros and ones.
+    never divided by a tiny range. ``enabled=False`` gives zeros and ones. ``sample_weight``
+    weights the mean and std (rows counted that many times).
     """
     X = np.asarray(X, dtype=np.float64)
     d = X.shape[1]
@@ -220,7 +279,10 @@ def input_scaling(X, method="standard", enabled=True):
     big = np.abs(X).max(axis=0) if X.shape[0] else np.ones(d)
     big = np.where((big > 0) & np.isfinite(big), big, 1.0)
     Xn = X / big
-    if method == "standard":
+    if method == "standard" and sample_weight is not None:
+        off = np.average(Xn, axis=0, weights=sample_weight)
+        sc = np.sqrt(np.average((Xn - off) ** 2, axis=0, weights=sample_weight))
+    elif method == "standard":
         off, sc = Xn.mean(axis=0), Xn.std(axis=0)
     else:
         lo, hi = Xn.min(axis=0), Xn.max(axis=0)
@@ -233,11 +295,12 @@ def input_scaling(X, method="standard", enabled=True):
     return off * big, scale
 
 
-def fit_input_scaling(estimator, X, enabled=True, method="standard"):
+def fit_input_scaling(estimator, X, enabled=True, method="standard", sample_weight=None):
     """Store the per-column scaling of :func:`input_scaling` on ``estimator`` as
     ``_X_offset`` and ``_X_scale`` (what every ``predict`` applies) and return the scaled
     ``X``."""
-    estimator._X_offset, estimator._X_scale = input_scaling(X, method, enabled)
+    estimator._X_offset, estimator._X_scale = input_scaling(X, method, enabled,
+                                                            sample_weight)
     return (X - estimator._X_offset) / estimator._X_scale
 
 
@@ -437,7 +500,7 @@ def fit_hyperparameters(estimator, engine, raw, free, bounds, rng, *, method, ma
     for stage, (eng, iters, n_restarts) in enumerate(stages):
         if iters == 0:
             continue
-        N = eng.n * eng.C
+        N = getattr(eng, "n_eff", eng.n) * eng.C
 
         def fun(x, eng=eng, N=N, base=raw):
             th = base.clone()

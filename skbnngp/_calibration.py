@@ -45,23 +45,34 @@ LOW_NOISE_SHARE = 0.5
 LOW_RESIDUAL = 0.01
 
 
-def near_noiseless(residuals, targets, noise_share):
+def near_noiseless(residuals, targets, noise_share, weights=None):
     """Whether held-out residuals come from a near-noiseless target: the noise is under
     :data:`LOW_NOISE_SHARE` of their predictive variance, or the residuals are under
     :data:`LOW_RESIDUAL` of the targets' spread (a Nystrom or network noise term can absorb
-    approximation error and stay large).
+    approximation error and stay large). ``weights``: one per row (frequency weights).
 
     ``residuals`` and ``targets`` of shape (n,) or (n, 1) give a bool; of shape (n, C) with
     C > 1 (a multi-output fit), a bool array of shape (C,): one answer per target.
     """
+    from ._base import weighted_median
+
     r = np.abs(np.asarray(residuals, dtype=np.float64))
     t = np.asarray(targets, dtype=np.float64)
     if r.ndim == 2 and r.shape[1] > 1:
         t = t.reshape(t.shape[0], -1)
-        return np.array([near_noiseless(r[:, j], t[:, j], noise_share)
+        return np.array([near_noiseless(r[:, j], t[:, j], noise_share, weights)
                          for j in range(r.shape[1])])
-    spread = float(np.max(np.std(t, axis=0), initial=0.0))
-    tiny = spread > 0 and float(np.median(r[np.isfinite(r)])) < LOW_RESIDUAL * spread
+    if weights is None:
+        spread = float(np.max(np.std(t, axis=0), initial=0.0))
+        tiny = spread > 0 and float(np.median(r[np.isfinite(r)])) < LOW_RESIDUAL * spread
+        return bool(noise_share < LOW_NOISE_SHARE or tiny)
+    w = np.asarray(weights, dtype=np.float64)
+    t = t.reshape(t.shape[0], -1)
+    sd = np.sqrt(np.average((t - np.average(t, axis=0, weights=w)) ** 2, axis=0, weights=w))
+    spread = float(np.max(sd, initial=0.0))
+    r = r.reshape(r.shape[0], -1)
+    ok = np.all(np.isfinite(r), axis=1)
+    tiny = spread > 0 and weighted_median(r[ok], w[ok]) < LOW_RESIDUAL * spread
     return bool(noise_share < LOW_NOISE_SHARE or tiny)
 
 
@@ -75,7 +86,7 @@ _GAUSSIAN = Mixing("delta", value=1.0)
 
 
 def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATION_LEVEL,
-                             max_test_df=math.inf, near_noiseless=False):
+                             max_test_df=math.inf, near_noiseless=False, weights=None):
     """``(calibration_factor, predictive_df)`` for the standardised residuals ``z``.
 
     Parameters
@@ -98,6 +109,8 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
         The residuals come from a near-noiseless target (:func:`near_noiseless`):
         ``"student_t"`` then keeps at least :data:`MIN_DF_LOW_NOISE` degrees of freedom, so
         heavy tails are read as noise only where there is noise.
+    weights : array-like of shape (n_rows,), default=None
+        Frequency weights of the rows of ``z`` (a residual of weight w counts w times).
     """
     if method is None:
         return 1.0, math.inf
@@ -106,9 +119,11 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
         s0, max_df = reference.t_reference()
         df, factor = student_t_calibration(z / math.sqrt(s0), level, max_df=max_df,
                                            max_test_df=max_test_df,
-                                           min_df=MIN_DF_LOW_NOISE if near_noiseless else 1.0)
+                                           min_df=MIN_DF_LOW_NOISE if near_noiseless else 1.0,
+                                           weights=weights)
         return float(factor), float(df)
     if method == "gaussian":
         unit = reference.predictive(np.zeros(1), np.ones(1)).ppf(0.5 + level / 2)
-        return loo_variance_factor(z, float(np.ravel(unit)[0]), level), math.inf
+        return loo_variance_factor(z, float(np.ravel(unit)[0]), level,
+                                   weights=weights), math.inf
     raise ValueError(f"calibration must be 'student_t', 'gaussian' or None, got {method!r}.")

@@ -14,7 +14,8 @@ from sklearn.utils import check_array, check_random_state
 
 from ._backend import ExactGP, NystromGP, as_tensor, gp_predict, to_float, to_numpy
 from ._base import (BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
-                    check_bounds, fit_hyperparameters, fit_input_scaling, plain, transactional)
+                    check_bounds, check_weights, collapse_rows, fit_hyperparameters,
+                    fit_input_scaling, plain, transactional)
 from ._calibration import REGRESSOR_CALIBRATION
 from ._predictive import RegressorPredictiveMixin
 from .kernels import PAPER_ACTIVATIONS, Activation
@@ -167,6 +168,8 @@ default=("tanh", "leaky_relu")
         for and is not pickled: a loaded model factorises again (so a saved exact model
         grows with n, not n**2).
     X_train_ : ndarray of shape (n_samples, n_features)
+        Training inputs; with ``sample_weight`` or exact duplicate rows, the distinct rows of
+        positive weight (in lexicographic order), each standing for its summed weight.
     y_train_ : ndarray of shape (n_samples, n_targets)
         Training targets after normalisation.
     log_marginal_likelihood_value_ : float
@@ -372,13 +375,19 @@ default=("tanh", "leaky_relu")
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the hyperparameters (MAP) and the GP posterior to ``(X, y)``.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Frequency weights: row ``i`` has noise variance ``noise_variance / w_i`` (its
+            likelihood raised to the power ``w_i``), so an integer weight is the row repeated
+            that many times and a zero weight drops it. Exact duplicate rows are merged into
+            one weighted row (the same model); the calibration counts a row's leave-one-out
+            residual ``w_i`` times. None: every row once.
 
         Returns
         -------
@@ -387,12 +396,15 @@ default=("tanh", "leaky_relu")
         acts, w0, bounds = self._check_params()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
+        X, y, w = collapse_rows(X, y, check_weights(X, sample_weight))
+        self._train_weight = w
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
 
-        Xs = fit_input_scaling(self, X, self.normalize_X, INPUT_SCALING)
+        Xs = fit_input_scaling(self, X, self.normalize_X, INPUT_SCALING,
+                               sample_weight=None if INPUT_SCALING != "standard" else w)
         self.X_train_ = X
-        self.y_train_ = self._normalise_targets(y)
+        self.y_train_ = self._normalise_targets(y, w)
 
         exact = self.approx == "exact"
         Z, idx = (None, None) if exact else self._select_anchors(Xs, rng)
@@ -411,7 +423,7 @@ default=("tanh", "leaky_relu")
         init["leaky_slope"] = float(self.leaky_slope)
         if self.noise_variance == "auto":  # rule (25) on the scaled training inputs
             init["noise_variance"] = NOISE_INIT_RATIO * layout.mean_prior_variance(
-                engine.kernel, init, w0, Xt)
+                engine.kernel, init, w0, Xt, row_weights=engine.weights)
         else:
             init["noise_variance"] = float(self.noise_variance)
         nb = bounds["noise_variance"]
@@ -437,10 +449,12 @@ default=("tanh", "leaky_relu")
 
     def _make_engine(self, Xt, Yt, Zt):
         kernel, unpack = partial(mixture_kernel, self._layout.acts), self._layout.unpack
+        w = self.__dict__.get("_train_weight")
+        w = None if w is None else as_tensor(w, Xt.device, Xt.dtype)
         if Zt is None:
             return ExactGP(kernel, unpack, Xt, Yt,
-                           context=f"{type(self).__name__}(approx='exact')")
-        return NystromGP(kernel, unpack, Xt, Yt, Zt, jitter=self._jitter)
+                           context=f"{type(self).__name__}(approx='exact')", weights=w)
+        return NystromGP(kernel, unpack, Xt, Yt, Zt, jitter=self._jitter, weights=w)
 
     def _set_fitted(self, raw, st, priors):
         layout = self._layout

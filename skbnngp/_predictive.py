@@ -18,7 +18,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._backend import as_tensor, iter_slices, leave_group_out, stable_cholesky, to_numpy
-from ._base import check_predict_params, duplicate_groups, plain
+from ._base import check_predict_params, duplicate_groups, plain, weighted_median
 from ._calibration import fit_variance_calibration, near_noiseless
 from ._scale_mixture import Mixing
 from .exceptions import HeavyTailWarning, NumericalWarning
@@ -71,12 +71,13 @@ class RegressorPredictiveMixin:
     #: Constructor parameters read at predict time.
     _predict_params = ()
 
-    def _normalise_targets(self, y):
+    def _normalise_targets(self, y, sample_weight=None):
         """Store the target statistics and return ``y`` as a normalised (n, C) array.
 
         The statistics are computed in float64 after dividing by the largest magnitude, so
         that targets near the float limits (1e30 in float32, 1e155 in float64) neither
-        overflow when squared nor lose the mean.
+        overflow when squared nor lose the mean. ``sample_weight`` weights the mean and std
+        (a row counted that many times).
         """
         self._y_1d = y.ndim == 1
         Y = np.asarray(y.reshape(-1, 1) if self._y_1d else y, dtype=np.float64)
@@ -86,7 +87,11 @@ class RegressorPredictiveMixin:
             big = np.abs(Y).max(axis=0)
             big = np.where(big > 0, big, 1.0)
             Ys = Y / big
-            mean, std = Ys.mean(axis=0), Ys.std(axis=0)
+            if sample_weight is None:
+                mean, std = Ys.mean(axis=0), Ys.std(axis=0)
+            else:
+                mean = np.average(Ys, axis=0, weights=sample_weight)
+                std = np.sqrt(np.average((Ys - mean) ** 2, axis=0, weights=sample_weight))
             tiny = 10 * np.finfo(np.float64).eps * np.maximum(np.abs(mean), 1e-300)
             self._y_train_mean = mean * big
             self._y_train_std = np.where(std > tiny, std * big, np.where(
@@ -100,6 +105,7 @@ class RegressorPredictiveMixin:
         return out[:, 0] if self._y_1d else out
 
     def _fit_calibration(self, method, z, *, near_noiseless=False, **options):
+        # ``options`` may hold ``weights``: one frequency weight per row of ``z``
         """Set ``calibration_factor_`` and ``predictive_df_`` from the standardised
         residuals ``z`` of rows the predictive did not see (see
         :func:`~skbnngp._calibration.fit_variance_calibration`; ``options`` go to it).
@@ -125,7 +131,12 @@ class RegressorPredictiveMixin:
     def _calibrate_from_loo(self, method, engine, state, params):
         """:meth:`_fit_calibration` on the closed-form leave-one-out residuals of a fitted
         Gaussian-process ``engine`` (one O(n^3) pass over its factor; none when ``method``
-        is None)."""
+        is None).
+
+        With row weights ``w`` (``engine.weights``: distinct rows standing for ``w`` repeats,
+        :func:`~skbnngp._base.collapse_rows`) a row is left out with all its repeats, each
+        residual counts ``w`` times, and its variance is that of one new observation (noise
+        ``s``, not the row's ``s / w``)."""
         if method is None:
             self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
             return
@@ -135,13 +146,17 @@ class RegressorPredictiveMixin:
         groups = duplicate_groups(to_numpy(engine.X))
         if groups:
             r, v = leave_group_out(engine, state, params, r, v, groups)
-        v = np.maximum(to_numpy(v), 1e-300)
         noise = state.get("noise")
         noise = params["noise_variance"] if noise is None else noise
+        w = getattr(engine, "weights", None)
+        if w is not None:  # the held-out row's own noise s / w -> one observation's s
+            w = to_numpy(w)
+            v = to_numpy(v) + float(noise) * (1.0 - 1.0 / w)
+        v = np.maximum(to_numpy(v), 1e-300)
         r = to_numpy(r)
-        share = float(np.median(np.minimum(float(noise) / v, 1.0)))
+        share = weighted_median(np.minimum(float(noise) / v, 1.0), w)
         self._fit_calibration(method, r / np.sqrt(v)[:, None], near_noiseless=near_noiseless(
-            r, to_numpy(engine.Y), share))
+            r, to_numpy(engine.Y), share, weights=w), weights=w)
 
     def _model_mixing(self):
         """The fitted model's own amplitude, before any calibration: a point mass at 1 (a

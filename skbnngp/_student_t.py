@@ -30,6 +30,8 @@ from ._base import (
     DTYPE_CONSTRAINT,
     TorchEstimatorMixin,
     check_bounds,
+    check_weights,
+    collapse_rows,
     fit_hyperparameters,
     fit_input_scaling,
     transactional,
@@ -202,8 +204,10 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
     Attributes
     ----------
     X_train_ : ndarray of shape (n_samples, n_features)
+        Training inputs; with ``sample_weight`` or exact duplicate rows, the distinct rows of
+        positive weight (in lexicographic order), each standing for its summed weight.
     y_train_ : ndarray of shape (n_samples, n_targets)
-        Training targets after normalisation.
+        Training targets after normalisation (the rows of ``X_train_``).
     relevance_ : ndarray of shape (n_features,)
         Fitted ARD relevances (ones without ARD).
     ard_ : bool
@@ -378,13 +382,19 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the Student-t process (and its hyperparameters) to ``(X, y)``.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Frequency weights: row ``i`` enters the likelihood as ``N(y_i; f_i, s
+            lambda)^{w_i}`` (noise ``s lambda / w_i``), so an integer weight is the row
+            repeated that many times and a zero weight drops it. Exact duplicate rows are
+            merged into one weighted row (the same model), and the calibration counts a
+            row's leave-one-out residual ``w_i`` times. None: every row once.
 
         Returns
         -------
@@ -394,13 +404,14 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         kind, inference, bounds = self._check_params(settings)
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
+        X, y, w = collapse_rows(X, y, check_weights(X, sample_weight))
         if self.ard == "auto" and X.shape[1] > 1:
-            return self._fit_auto_ard(X, y)
+            return self._fit_auto_ard(X, y, w)
         self.ard_loo_gain_ = None
         return self._fit_kernel(X, y, kind, inference, bounds, settings,
-                                not isinstance(self.ard, str) and bool(self.ard))
+                                not isinstance(self.ard, str) and bool(self.ard), w)
 
-    def _fit_auto_ard(self, X, y):
+    def _fit_auto_ard(self, X, y, w=None):
         """``ard="auto"``: fit the shared and the ARD kernel (each a full fit, as
         ``ard=False`` and ``ard=True`` would be), keep ARD only when its per-row
         leave-one-out log predictive densities beat the shared kernel's by more than
@@ -413,7 +424,7 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
                 reg = clone(self).set_params(ard=ard)
                 if "_settings_override" in self.__dict__:
                     reg._settings_override = self._settings_override
-                reg.fit(X, y)
+                reg.fit(X, y, sample_weight=w)
             fits.append((reg, caught, reg._loo_log_density()))
             if not ard:
                 # drop the shared fit's n x n factor before the ARD fit, so that only one is
@@ -421,10 +432,10 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
                 # from its fitted attributes, as for a loaded model
                 for key in ("_engine", "_theta", "_cache"):
                     reg.__dict__.pop(key, None)
-        mean, se, pays = paired_gain(fits[1][2] - fits[0][2], ARD_Z, ARD_MIN_GAIN)
+        mean, se, pays = paired_gain(fits[1][2] - fits[0][2], ARD_Z, ARD_MIN_GAIN, weights=w)
         reg, caught, _ = fits[pays]
-        for w in caught:  # only the kept model's warnings reach the user
-            warnings.warn(w.message, w.category, stacklevel=3)
+        for c in caught:  # only the kept model's warnings reach the user
+            warnings.warn(c.message, c.category, stacklevel=3)
         params = self.get_params(deep=False)
         for key, value in vars(reg).items():
             if key not in params:
@@ -438,14 +449,19 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         them), hyperparameters held at their fitted values."""
         cache = self._get_cache()
         r, v = self._engine.loo(cache["factor"], cache["p"])
-        r = to_numpy(r)
-        std = np.sqrt(to_numpy(v)[:, None] * self.calibration_factor_)
+        r, v = to_numpy(r), to_numpy(v)
+        w = self.__dict__.get("_train_weight")
+        if w is not None:  # one observation's noise, not the weighted row's (see calibration)
+            v = v + to_float(cache["factor"]["noise"]) * (1.0 - 1.0 / w)
+        std = np.sqrt(v[:, None] * self.calibration_factor_)
         return self._predictive_dist(np.zeros_like(r), np.broadcast_to(
             std, r.shape)).logpdf(r).sum(axis=1)
 
-    def _fit_kernel(self, X, y, kind, inference, bounds, settings, ard):
-        """The fit with the ARD choice made (``ard``)."""
-        self.y_train_ = self._normalise_targets(y)
+    def _fit_kernel(self, X, y, kind, inference, bounds, settings, ard, w=None):
+        """The fit with the ARD choice made (``ard``) on the rows of weights ``w`` (None:
+        once each)."""
+        self._train_weight = w
+        self.y_train_ = self._normalise_targets(y, w)
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         rng.randint(np.iinfo(np.int32).max)  # a draw kept so that later seeds are unchanged
@@ -454,7 +470,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         # the fitted configuration: everything predict and an unpickled model's cache read
         self.depth_, self.activation_, self.ard_ = self.depth, self.activation, ard
         self._alpha_mode, self._predictive = ALPHA_MODE, PREDICTIVE
-        Xt = as_tensor(fit_input_scaling(self, X, self.normalize_X), device, dtype)
+        Xt = as_tensor(fit_input_scaling(self, X, self.normalize_X, sample_weight=w), device,
+                       dtype)
         Yt = as_tensor(self.y_train_, device, dtype)
         self._prior_obj = self._make_prior(kind, inference, rng, device, dtype)
         engine = self._make_gp(Xt, Yt)
@@ -491,7 +508,7 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         self.q_ = to_float(f["q"])
         p = cache["p"]
         self.log_marginal_likelihood_value_ = -to_float(f["nll"])
-        N = engine.n * engine.C
+        N = engine.n_eff * engine.C
         self._posterior = self._prior_obj.posterior(f["q"], f["logdet"], N, engine.C,
                                                     p["prior_shape"], p["prior_scale"])
         self.effective_sample_size_ = self._prior_obj.effective_sample_size
@@ -529,10 +546,12 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
     def _make_gp(self, Xt, Yt):
         kernel = partial(ard_kernel, nngp_kernel, self.depth_, get_activation(self.activation_),
                          self.ard_)
+        w = self.__dict__.get("_train_weight")
         return ExactGP(kernel, unpack, Xt, Yt,
                        marginal=partial(_prior_marginal, self._prior_obj),
                        relative_noise=self._alpha_mode == "relative",
-                       context=type(self).__name__)
+                       context=type(self).__name__,
+                       weights=None if w is None else as_tensor(w, Xt.device, Xt.dtype))
 
     def _factorise(self):
         """Final factorisation on the training set (and the NTK pieces for Thm 3.3)."""
@@ -540,7 +559,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         f = eng.state(theta, warn=True, context=f"{type(self).__name__}: training kernel")
         cache = {"factor": f, "p": unpack(theta)}
         if self._predictive == "ntk_trained":
-            cache["ntk"] = ntk_factor(eng.kernel, cache["p"], eng.X, eng.Y, f["noise"],
+            noise = f["noise"] if eng.weights is None else f["noise"] / eng.weights
+            cache["ntk"] = ntk_factor(eng.kernel, cache["p"], eng.X, eng.Y, noise,
                                       context=f"{type(self).__name__}: training NTK")
         return cache
 

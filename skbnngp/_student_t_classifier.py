@@ -8,13 +8,14 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 
 from ._backend import iter_slices, to_numpy
 from ._backend._onehot import argmax_proba, label_variance, loo_noise_search
 from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
-from ._base import (TorchEstimatorMixin, check_class_labels, duplicate_groups, plain,
-                    transactional)
+from ._base import (TorchEstimatorMixin, check_class_labels, check_weights, collapse_rows,
+                    duplicate_groups, plain, transactional)
 from ._predictive import ClassifierPredictiveMixin
 from . import _student_t as _regressor_module
 from ._student_t import StudentTProcessRegressor
@@ -105,6 +106,11 @@ random_state, verbose
         warnings are shown; with one feature, or ``optimizer=None``, it means ``False``.
         ``"auto"`` is the default because ARD alone over-fits the evidence on small sets
         while it helps where features differ in relevance.
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplying ``sample_weight`` in ``fit`` (as in
+        :class:`FiDGPClassifier`): a dict ``{class: weight}`` (missing classes weigh 1) or
+        ``"balanced"`` (``n_samples / (n_classes * count)``). None, since the probabilities
+        are then those of the data's own class frequencies.
 
     Attributes
     ----------
@@ -151,13 +157,14 @@ random_state, verbose
                     "n_restarts_optimizer", "max_iter", "tol", "device", "dtype",
                     "random_state", "verbose")},
         "ard": ["boolean", StrOptions({"auto"})],
+        "class_weight": [StrOptions({"balanced"}), dict, None],
     }
 
     def __init__(self, *, depth=3, activation="relu", weight_variance=2.0, bias_variance=0.1,
                  alpha=1e-2, prior="invgamma", prior_shape=2.0, prior_scale=2.0,
                  inference="auto", ard="auto", optimizer="lbfgs", n_restarts_optimizer=0,
                  max_iter=100, tol=1e-6, device="auto", dtype="float64", random_state=None,
-                 verbose=0):
+                 verbose=0, class_weight=None):
         self.depth = depth
         self.activation = activation
         self.weight_variance = weight_variance
@@ -176,16 +183,23 @@ random_state, verbose
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
+        self.class_weight = class_weight
 
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the one-hot Student-t process regressor.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Frequency weights of the rows (times ``class_weight``): the one-hot regressor's
+            weighted likelihood (see :class:`StudentTProcessRegressor`), and the
+            leave-one-out noise search counts a row ``w`` times. Exact duplicate rows are
+            merged into one weighted row (the same model), so repeated rows do not make the
+            leave-one-out search degenerate. None: every row once.
 
         Returns
         -------
@@ -194,29 +208,41 @@ random_state, verbose
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
         check_class_labels(y)
         check_classification_targets(y)
-        self.classes_ = np.unique(y)
+        sw = check_weights(X, sample_weight)
+        if self.class_weight is not None:
+            classes, yk = np.unique(y, return_inverse=True)
+            cw = (compute_class_weight("balanced", classes=classes, y=y)
+                  if self.class_weight == "balanced" else
+                  np.array([float(self.class_weight.get(c, 1.0)) for c in classes]))
+            sw = cw[yk.ravel()] * (1.0 if sw is None else sw)
+            sw = check_weights(X, sw)
+        self.classes_ = np.unique(y if sw is None else y[sw > 0])
         if self.classes_.size < 2:
             raise ValueError("StudentTProcessClassifier needs samples of at least 2 classes "
                              f"in the data; got 1 class ({plain(self.classes_[0])!r}).")
         low = float(TARGET_LOW)
         Y = (y[:, None] == self.classes_[None, :]).astype(float) + low
         yi = np.searchsorted(self.classes_, y)
+        X, Y, w = collapse_rows(X, Y, sw)
+        yi = np.argmax(Y, axis=1)
         bounds = HYPERPARAMETER_BOUNDS
         use_loo = (ALPHA_SELECTION == "loo" and self.optimizer is not None
                    and not isinstance(bounds["alpha"], str))
         if self.ard == "auto" and use_loo and X.shape[1] > 1:
-            fits = [self._fit_one(X, Y, yi, False, use_loo, bounds, low),
-                    self._fit_one(X, Y, yi, True, use_loo, bounds, low)]
+            fits = [self._fit_one(X, Y, yi, False, use_loo, bounds, low, w),
+                    self._fit_one(X, Y, yi, True, use_loo, bounds, low, w)]
             chosen, self.ard_loo_gain_ = fits[0], None
             if fits[0]["rows"] is not None and fits[1]["rows"] is not None:
                 mean, se, pays = paired_gain(fits[0]["rows"] - fits[1]["rows"],
-                                             ARD_Z, ARD_MIN_GAIN)
+                                             ARD_Z, ARD_MIN_GAIN,
+                                             weights=fits[0]["reg"].__dict__.get(
+                                                 "_train_weight"))
                 self.ard_loo_gain_ = (mean, se)
                 if pays and not self._degenerate(fits[1], bounds):
                     chosen = fits[1]
         else:
             chosen = self._fit_one(X, Y, yi, self.ard != "auto" and bool(self.ard), use_loo,
-                                   bounds, low)
+                                   bounds, low, w)
             self.ard_loo_gain_ = None
         for w in chosen["warnings"]:  # only the kept model's warnings reach the user
             warnings.warn(w.message, w.category, stacklevel=2)
@@ -246,21 +272,24 @@ random_state, verbose
         at_floor = abs(math.log(fit["alpha_evidence"] / bounds["alpha"][0])) < 1e-3
         return at_floor and any(not b.startswith("alpha=") for b in fit["bounds"])
 
-    def _fit_one(self, X, Y, yi, ard, use_loo, bounds, low):
+    def _fit_one(self, X, Y, yi, ard, use_loo, bounds, low, w=None):
         """One regressor (``ard`` given) with its leave-one-out ``alpha`` and label noise.
 
         Returns a dict: ``reg``, ``alpha_evidence``, ``loo`` (mean LOO log loss or None),
         ``eps``, ``rows`` (per-row LOO log losses or None), ``bounds`` (names on a bound),
         ``warnings`` (those the regressor's fit raised, recorded for the caller).
         """
-        params = {k: getattr(self, k) for k in self._parameter_constraints if k != "ard"}
+        params = {k: getattr(self, k) for k in self._parameter_constraints
+                  if k not in ("ard", "class_weight")}
         # the classifier chooses its own sharpness by leave-one-out (alpha, label_noise_)
         # and between the kernels (ard="auto"), so the regressor's relevance hyperprior is off
         reg = StudentTProcessRegressor(normalize_y=False, calibration=None, ard=ard, **params)
         reg._settings_override = {"bounds": bounds, "relevance_prior": None}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            reg.fit(X, Y)
+            reg.fit(X, Y, sample_weight=w)
+        # the regressor's rows (distinct, possibly reordered when weighted)
+        yi = np.argmax(reg.y_train_, axis=1)
         fixed_w = None if LABEL_VARIANCE == "auto" else float(LABEL_VARIANCE)
         out = {"reg": reg, "alpha_evidence": reg.hyperparameters_["alpha"], "loo": None,
                "eps": 0.0, "rows": None, "warnings": caught,
@@ -272,7 +301,7 @@ random_state, verbose
             grid = np.unique(np.append(np.geomspace(lo, hi, n_grid), alpha_ev))
             eng = reg._engine
             p = unpack(reg._theta)
-            N = eng.n * eng.C
+            N = eng.n_eff * eng.C
 
             def posterior(q, logdet):
                 return reg._prior_obj.posterior(q, logdet, N, eng.C, p["prior_shape"],
@@ -282,7 +311,7 @@ random_state, verbose
                 eng.kernel(p, eng.X), eng.Y, yi, posterior, grid,
                 int(np.searchsorted(grid, alpha_ev)), low=low, weights=LABEL_VARIANCE_GRID,
                 fixed_weight=fixed_w, n_nodes=LOO_NODES, coarse=LOO_COARSE,
-                groups=duplicate_groups(to_numpy(eng.X)))
+                groups=duplicate_groups(to_numpy(eng.X)), row_weights=eng.weights)
             if found is not None:
                 i, out["loo"], out["eps"], out["rows"], out["w"] = found
                 if grid[i] != alpha_ev:

@@ -574,10 +574,15 @@ def test_constant_y_and_duplicated_rows_are_handled():
     np.testing.assert_allclose(mean, 3.0, atol=1e-8)
     assert np.all(np.isfinite(std))
     Xd = np.vstack([X, X])
-    yd = np.concatenate([y, y])
+    # repeated inputs with other targets keep a singular kernel (exact (x, y) duplicates are
+    # merged into weighted rows and do not)
+    yd = np.concatenate([y, y + 0.01])
     with pytest.warns(NumericalWarning, match="jitter"):
         dup = fixed(alpha=1e-16, normalize_X=True).fit(Xd, yd)
     assert np.all(np.isfinite(dup.predict(X[:4], return_std=True)[1]))
+    merged = fixed(alpha=1e-16, normalize_X=True).fit(Xd, np.concatenate([y, y]))
+    assert merged.X_train_.shape[0] == 20
+    assert np.all(np.isfinite(merged.predict(X[:4], return_std=True)[1]))
 
 
 

@@ -13,7 +13,28 @@ import numpy as np
 from scipy import special, stats
 
 
-def loo_variance_factor(z, quantile, level=0.95, floor=1.0):
+def _flat(z, weights=None):
+    """The finite entries of ``z`` (any shape) as a vector, and their weights: ``weights``
+    holds one per row of ``z`` (None: every entry once)."""
+    z = np.asarray(z, dtype=np.float64)
+    if weights is not None:
+        w = np.asarray(weights, dtype=np.float64).reshape(-1, *([1] * (z.ndim - 1)))
+        w = np.broadcast_to(w, z.shape).ravel()
+    z = z.ravel()
+    ok = np.isfinite(z)
+    return z[ok], (None if weights is None else w[ok])
+
+
+def _mean(a, w, axis=0, keepdims=False):
+    """Mean over ``axis`` with frequency weights ``w`` along it (None: plain)."""
+    if w is None:
+        return np.mean(a, axis=axis, keepdims=keepdims)
+    shape = [1] * a.ndim
+    shape[axis] = -1
+    return np.sum(a * w.reshape(shape), axis=axis, keepdims=keepdims) / w.sum()
+
+
+def loo_variance_factor(z, quantile, level=0.95, floor=1.0, weights=None):
     """Smallest factor ``k >= floor`` on the predictive variance whose central ``level``
     interval holds ``level`` of the leave-one-out residuals.
 
@@ -23,13 +44,21 @@ def loo_variance_factor(z, quantile, level=0.95, floor=1.0):
     finite-sample (split-conformal) one, the ``ceil((n + 1) level)``-th smallest ``|z|``;
     below ``1 / (1 - level) - 1`` residuals (19 at 95 %) that rank does not exist and the
     largest ``|z|`` is used. The factor is never below ``floor``: with the default 1 the
-    intervals are only widened.
+    intervals are only widened. ``weights`` (one per row of ``z``) counts each residual that
+    many times: the rank is then one of cumulative weight, as for repeated residuals.
     """
-    a = np.sort(np.abs(np.asarray(z, dtype=np.float64)).ravel())
-    a = a[np.isfinite(a)]
+    a, w = _flat(z, weights)
+    a = np.abs(a)
     if a.size == 0 or not np.isfinite(quantile) or quantile <= 0:
         return float(floor)
-    k = min(a.size, math.ceil((a.size + 1) * level)) - 1
+    order = np.argsort(a, kind="stable")
+    a = a[order]
+    if w is None:
+        k = min(a.size, math.ceil((a.size + 1) * level)) - 1
+    else:
+        c = np.cumsum(w[order])
+        rank = min(c[-1], math.ceil((c[-1] + 1) * level))
+        k = min(a.size - 1, int(np.searchsorted(c, rank, side="left")))
     return max(float(floor), float(a[k] / quantile) ** 2)
 
 
@@ -49,42 +78,48 @@ def _df_candidates(max_df, min_df=1.0):
     return np.append(grid[grid < max_df], float(max_df))
 
 
-def fit_t_df(z, max_df=math.inf, min_df=1.0):
+def fit_t_df(z, max_df=math.inf, min_df=1.0, weights=None):
     """Degrees of freedom of the unit-scale Student-t of largest likelihood for the
     standardised residuals ``z`` (on a log grid from 1 to 1000); ``inf`` (the Gaussian) when
     the largest grid value wins, or without finite residuals. A finite ``max_df`` caps the
-    choice: the grid values below it and ``max_df`` itself (no Gaussian)."""
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
+    choice: the grid values below it and ``max_df`` itself (no Gaussian). ``weights``: one
+    per residual (frequency weights)."""
+    z, w = _flat(z, weights)
     if z.size == 0:
         return float(max_df)
     nu = _df_candidates(max_df, min_df)
-    ll = _t_grid_loglik(z * z, np.zeros(nu.size), nu)
+    ll = _t_grid_loglik(z * z, np.zeros(nu.size), nu, w)
     j = int(np.argmax(ll))
-    if math.isinf(max_df) and (j == nu.size - 1 or stats.norm.logpdf(z).sum() >= ll[j]):
+    lp = stats.norm.logpdf(z)
+    if math.isinf(max_df) and (j == nu.size - 1
+                               or (lp.sum() if w is None else lp @ w) >= ll[j]):
         return math.inf
     return float(nu[j])
 
 
-def _t_grid_loglik(z2, log_s2, nu=T_DF_GRID):
+def _t_grid_loglik(z2, log_s2, nu=T_DF_GRID, w=None):
     """Log-likelihood of the residuals with squares ``z2`` under the t of every degrees of
     freedom in ``nu`` (default :data:`T_DF_GRID`), each at its own scale ``exp(log_s2 /
     2)`` (an array over ``nu``), in one (n x len(nu)) pass."""
     const = (special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2)
              - 0.5 * np.log(np.pi * nu) - 0.5 * log_s2)
     u = z2[:, None] * np.exp(-log_s2)[None, :]
-    return z2.size * const - 0.5 * (nu + 1) * np.log1p(u / nu[None, :]).sum(axis=0)
+    if w is None:
+        return z2.size * const - 0.5 * (nu + 1) * np.log1p(u / nu[None, :]).sum(axis=0)
+    return w.sum() * const - 0.5 * (nu + 1) * (w @ np.log1p(u / nu[None, :]))
 
 
-def t_loglik(z, df, scale=1.0):
+def t_loglik(z, df, scale=1.0, weights=None):
     """Log-likelihood of ``z`` under the Student-t (``df = inf``: the Gaussian) of the
-    given scale."""
+    given scale (``weights``: one per entry of ``z``, frequency weights)."""
     u = np.asarray(z, dtype=np.float64) / scale
     lp = stats.norm.logpdf(u) if math.isinf(df) else stats.t.logpdf(u, df)
-    return float(lp.sum() - u.size * math.log(scale))
+    if weights is None:
+        return float(lp.sum() - u.size * math.log(scale))
+    return float(lp.ravel() @ weights - np.sum(weights) * math.log(scale))
 
 
-def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf, min_df=1.0):
+def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf, min_df=1.0, weights=None):
     """Degrees of freedom (the grid of :func:`fit_t_df` and the Gaussian) and scale of the
     Student-t of largest likelihood for ``z``, both free. Returns ``(df, scale)``;
     ``(inf, 1.0)`` without nonzero finite residuals.
@@ -94,28 +129,30 @@ def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf, min_df=1.0):
     ``log s^2``; Newton's method on ``log s^2`` (steps capped at 2), from the squared
     residuals' median, solves it for the whole grid at once. The Gaussian's scale is
     ``sqrt(mean(z^2))``. A finite ``max_df`` caps the degrees of freedom as in
-    :func:`fit_t_df` (``(max_df, 1.0)`` without nonzero residuals)."""
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
+    :func:`fit_t_df` (``(max_df, 1.0)`` without nonzero residuals). ``weights``: one per
+    residual (frequency weights; the means become weighted means)."""
+    from .._base import weighted_median
+
+    z, w = _flat(z, weights)
     z2 = z * z
     if z.size == 0 or not np.any(z2 > 0):
         return float(max_df), 1.0
     cand = _df_candidates(max_df, min_df)
     nu = cand[None, :]
-    med = float(np.median(z2))
-    phi = np.full((1, cand.size), math.log(med / 0.455 if med > 0 else np.mean(z2)))
+    med = weighted_median(z2, w)
+    phi = np.full((1, cand.size), math.log(med / 0.455 if med > 0 else _mean(z2, w)))
     for _ in range(n_iter):
         u = z2[:, None] * np.exp(-phi)
-        f = np.mean((nu + 1.0) * u / (nu + u), axis=0, keepdims=True) - 1.0
-        df_dphi = -np.mean((nu + 1.0) * nu * u / (nu + u) ** 2, axis=0, keepdims=True)
+        f = _mean((nu + 1.0) * u / (nu + u), w, keepdims=True) - 1.0
+        df_dphi = -_mean((nu + 1.0) * nu * u / (nu + u) ** 2, w, keepdims=True)
         step = np.clip(-f / np.minimum(df_dphi, -1e-300), -2.0, 2.0)
         phi = phi + step
         if np.all(np.abs(step) <= tol):
             break
-    ll = _t_grid_loglik(z2, phi[0], cand)  # every candidate t at its own scale
+    ll = _t_grid_loglik(z2, phi[0], cand, w)  # every candidate t at its own scale
     j = int(np.argmax(ll))
-    s_gauss = math.sqrt(float(np.mean(z2)))
-    if math.isinf(max_df) and t_loglik(z, math.inf, s_gauss) >= ll[j]:
+    s_gauss = math.sqrt(float(_mean(z2, w)))
+    if math.isinf(max_df) and t_loglik(z, math.inf, s_gauss, w) >= ll[j]:
         return math.inf, s_gauss
     return float(cand[j]), math.exp(0.5 * float(phi[0, j]))
 
@@ -129,7 +166,7 @@ T_MAX_FIT_ROWS = 20000
 
 
 def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
-                          min_df=1.0):
+                          min_df=1.0, weights=None):
     """``(df, factor)`` of the Student-t calibration for the standardised held-out
     residuals ``z``.
 
@@ -147,20 +184,21 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
     ``max_test_df`` keeps the alternative only when its degrees of freedom are at most that:
     a narrower scale is then trusted only as the bulk of heavy tails that inflated the
     model's noise estimate, not as a uniformly narrower spread, which residuals that are
-    not fully out-of-sample also show.
+    not fully out-of-sample also show. ``weights`` (one per row of ``z``) counts each
+    residual that many times, as if repeated.
     """
-    z = np.asarray(z, dtype=np.float64).ravel()
-    z = z[np.isfinite(z)]
-    zf = z[::-(-z.size // T_MAX_FIT_ROWS)] if z.size > T_MAX_FIT_ROWS else z
-    df0 = fit_t_df(zf, max_df, min_df)
+    z, w = _flat(z, weights)
+    stride = -(-z.size // T_MAX_FIT_ROWS) if z.size > T_MAX_FIT_ROWS else 1
+    zf, wf = z[::stride], (None if w is None else w[::stride])
+    df0 = fit_t_df(zf, max_df, min_df, weights=wf)
     df, floor = df0, 1.0
     if zf.size:
-        df1, s = fit_t(zf, max_df=max_df, min_df=min_df)
-        stat = 2.0 * (t_loglik(zf, df1, s) - t_loglik(zf, df0))
+        df1, s = fit_t(zf, max_df=max_df, min_df=min_df, weights=wf)
+        stat = 2.0 * (t_loglik(zf, df1, s, wf) - t_loglik(zf, df0, weights=wf))
         if stat > stats.chi2.isf(T_SCALE_TEST_LEVEL, 1) and df1 <= max_test_df:
             df, floor = df1, s * s
     unit = stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else stats.t.ppf(0.5 + level / 2, df)
-    return df, loo_variance_factor(z, unit, level, floor=floor)
+    return df, loo_variance_factor(z, unit, level, floor=floor, weights=w)
 
 
 # ---------------------------------------------------------------------- temperature scaling

@@ -7,6 +7,12 @@ gradient uses explicit adjoints back-propagated through kernel row blocks (never
 Cholesky backward on an n x n matrix), so memory stays bounded by the block size.
 
 * :class:`ExactGP`: ``Y[:, c] ~ N(0, K + s I)``, O(n^3).
+
+Both take optional row weights ``w`` (frequency weights): row ``i`` enters the likelihood as
+``N(y_i; f_i, s)^{w_i}``, which is the Gaussian likelihood with noise ``s / w_i`` on row ``i``
+times ``prod_i (2 pi s)^{(1 - w_i) / 2} w_i^{-1/2}``. For integer weights this is exactly the
+likelihood of the rows repeated ``w_i`` times (the repeats' contrasts are exactly zero), so a
+weighted fit equals the fit on the repeated rows; ``N_eff = sum w`` then counts the data.
 * :class:`NystromGP`: ``Y[:, c] ~ N(0, Q + s I)`` with ``Q = K_nS K_SS^-1 K_Sn`` for anchors
   ``Z``, evaluated through ``W = V V^T`` and ``v = V Y`` (``V = L^-1 K_Sn``, ``L L^T = K_SS``)
   accumulated over row blocks: O(n m^2) time and O(m^2 + block m) memory; no n x n or n x m
@@ -110,7 +116,7 @@ class ExactGP:
     dense = True
 
     def __init__(self, kernel, unpack, X, Y, *, marginal=None, relative_noise=False,
-                 block_elements=None, context="exact GP"):
+                 block_elements=None, context="exact GP", weights=None):
         if self.dense:
             check_dense_fits(Y.shape[0], X.device, X.element_size(), context=context,
                              alternative="MixedActivationGPRegressor(approx='nystrom') or "
@@ -121,12 +127,29 @@ class ExactGP:
         self.marginal = gaussian_log_marginal if marginal is None else marginal
         self.relative_noise = relative_noise
         self.block = _block(X, block_elements)
+        self._set_weights(weights)
+        if self.weights is not None and relative_noise:
+            raise NotImplementedError("row weights with a relative noise are not supported.")
+
+    def _set_weights(self, weights):
+        """Store the row weights (None: every row once) and ``n_eff``, their sum."""
+        self.weights = weights
+        self.n_eff = self.n if weights is None else float(weights.sum())
+
+    def _noise_logdet_shift(self, noise):
+        """``sum_i (w_i - 1) log s + log w_i``: what turns ``log|K + s W^-1|`` into the log
+        determinant of the repeated rows (0 without weights)."""
+        if self.weights is None:
+            return 0.0
+        w = self.weights
+        return (self.n_eff - self.n) * torch.log(noise) + torch.log(w).sum()
 
     def subset(self, idx):
         """The same model on the rows ``idx``."""
         return type(self)(self.kernel, self.unpack, self.X[idx], self.Y[idx],
                           marginal=self.marginal, relative_noise=self.relative_noise,
-                          block_elements=self.block, context=self.context)
+                          block_elements=self.block, context=self.context,
+                          weights=None if self.weights is None else self.weights[idx])
 
     def _factor(self, K, p, warn=False, context="training kernel"):
         return self._solve_factored(*self._cholesky(K, p, warn, context), p)
@@ -137,15 +160,15 @@ class ExactGP:
         noise = p["noise_variance"].detach()
         if self.relative_noise:
             noise = noise * K.diagonal().mean()
-        K.diagonal().add_(noise)
+        K.diagonal().add_(noise if self.weights is None else noise / self.weights)
         L, jitter = stable_cholesky(K, context=context, warn=warn)
         return L, noise, jitter
 
     def _solve_factored(self, L, noise, jitter, p):
         A = cho_solve(L, self.Y)
         q = (self.Y * A).sum()
-        logdet = 2.0 * torch.log(L.diagonal()).sum()
-        nll = -self.marginal(q, logdet, self.n * self.C, self.C, p)
+        logdet = 2.0 * torch.log(L.diagonal()).sum() + self._noise_logdet_shift(noise)
+        nll = -self.marginal(q, logdet, self.n_eff * self.C, self.C, p)
         return {"basis": self.X, "L": L, "LB": None, "dual": A, "nll": nll, "q": q,
                 "logdet": logdet, "noise": noise, "jitter": jitter}
 
@@ -214,16 +237,20 @@ class ExactGP:
             st = self.state(raw)
         q = st["q"].detach().requires_grad_(True)
         logdet = st["logdet"].detach().requires_grad_(True)
-        nll = -self.marginal(q, logdet, self.n * self.C, self.C, self.unpack(rl))
+        nll = -self.marginal(q, logdet, self.n_eff * self.C, self.C, self.unpack(rl))
         g_q, g_l = torch.autograd.grad(nll, (q, logdet), retain_graph=True)
         if nll.grad_fn is not None:
             nll.backward()  # the marginal's own parameters (prior shape/scale)
+        if self.weights is not None:  # the weights' constant, (sum w - n) log s, in logdet
+            (g_l * self._noise_logdet_shift(self.unpack(rl)["noise_variance"])).backward()
         if not keep and st["L"].device.type in TILED_DEVICES:
             return self._value_and_grad_tiled(rl, raw, st, g_q, g_l)
         with torch.no_grad():
             G = _inverse_from_cholesky(st["L"])
             G.mul_(g_l).addmm_(st["dual"], st["dual"].T, alpha=-g_q)
-            trG = G.diagonal().sum()
+            # d(K + s W^-1)/ds = W^-1: the noise's gradient is tr(G W^-1)
+            trG = (G.diagonal().sum() if self.weights is None
+                   else (G.diagonal() / self.weights).sum())
             mean_diag = None
             if self.relative_noise:  # s = nu * mean(diag K) also depends on K
                 mean_diag = st["noise"] / self.unpack(raw)["noise_variance"]
@@ -257,7 +284,11 @@ class ExactGP:
         gl, gq = float(g_l), float(g_q)  # one host read per evaluation, none in the loop
         with torch.no_grad():
             Li = inverse_lower(L, t)
-            trG = g_l * torch.linalg.vector_norm(Li).square() - g_q * dual.square().sum()
+            if self.weights is None:
+                trG = g_l * torch.linalg.vector_norm(Li).square() - g_q * dual.square().sum()
+            else:  # tr(G W^-1), diag(K^-1) being the squared column norms of Li
+                trG = ((g_l * Li.square().sum(0) - g_q * dual.square().sum(1))
+                       / self.weights).sum()
             shift = 0.0
             mean_diag = None
             if self.relative_noise:  # s = nu * mean(diag K) also depends on K
@@ -295,15 +326,24 @@ class NystromGP(ExactGP):
 
     dense = False
 
-    def __init__(self, kernel, unpack, X, Y, Z, *, jitter=1e-6, block_elements=None):
-        super().__init__(kernel, unpack, X, Y, block_elements=block_elements)
+    def __init__(self, kernel, unpack, X, Y, Z, *, jitter=1e-6, block_elements=None,
+                 weights=None):
+        super().__init__(kernel, unpack, X, Y, block_elements=block_elements, weights=weights)
         self.Z, self.jitter = Z, jitter
-        self.yy = (Y * Y).sum()
+        # weights: with V~ = V W^(1/2) and Y~ = W^(1/2) Y, Q + s W^-1 = W^-1/2 (V~^T V~ + s I)
+        # W^-1/2, and the weights' constant cancels the log|W| this leaves: the likelihood
+        # is the unweighted one of (V~, Y~) with n replaced by n_eff
+        self.yy = (Y * Y).sum() if weights is None else (weights[:, None] * Y * Y).sum()
         self.rows = auto_batch_size(Z.shape[0], None, self.block)
 
     def subset(self, idx):
         return type(self)(self.kernel, self.unpack, self.X[idx], self.Y[idx], self.Z,
-                          jitter=self.jitter, block_elements=self.block)
+                          jitter=self.jitter, block_elements=self.block,
+                          weights=None if self.weights is None else self.weights[idx])
+
+    def _w(self, sl):
+        """The weights of the rows ``sl`` as a row vector (1.0 without weights)."""
+        return 1.0 if self.weights is None else self.weights[sl][None, :]
 
     def anchor_chol(self, p, warn=False, context="anchor kernel"):
         if torch.is_grad_enabled():
@@ -319,17 +359,19 @@ class NystromGP(ExactGP):
         B = W / s + torch.eye(W.shape[0], dtype=W.dtype, device=W.device)
         LB = stable_cholesky(B, context=context, warn=warn)[0]
         c = solve_lower(LB, v) / s
-        nll = 0.5 * (self.C * (self.n * torch.log(s) + 2.0 * torch.log(LB.diagonal()).sum())
+        nll = 0.5 * (self.C * (self.n_eff * torch.log(s)
+                               + 2.0 * torch.log(LB.diagonal()).sum())
                      + self.yy / s - (c * c).sum())
-        return nll + 0.5 * self.n * self.C * _LOG2PI, LB, c
+        return nll + 0.5 * self.n_eff * self.C * _LOG2PI, LB, c
 
     def _accumulate(self, p, L):
         m = self.Z.shape[0]
         W, v = L.new_zeros((m, m)), L.new_zeros((m, self.C))
         for sl in iter_slices(self.n, self.rows):
             V = solve_lower(L, self.kernel(p, self.Z, self.X[sl]))
-            W.addmm_(V, V.T)
-            v.addmm_(V, self.Y[sl])
+            Vw = V * self._w(sl)
+            W.addmm_(Vw, V.T)
+            v.addmm_(Vw, self.Y[sl])
         return W, v
 
     def state(self, raw, warn=False, context="training kernel"):
@@ -347,7 +389,9 @@ class NystromGP(ExactGP):
 
         With ``V = L^-1 K_SX`` and ``G = L_B^-1 V``, ``(Q + s I)^-1 = (I - G^T G / s) / s``, so
         ``[.]^-1_ii = (1 - |G_i|^2 / s) / s`` and ``(Q + s I)^-1 Y = (Y - G^T c) / s`` with
-        ``c = L_B^T L^T dual``: O(n m^2) in row blocks.
+        ``c = L_B^T L^T dual``: O(n m^2) in row blocks. With weights ``w``, ``G_i`` becomes
+        ``sqrt(w_i) G_i`` and both sides are multiplied by ``w_i``: ``r_i = (y_i - G_i^T c)
+        / (1 - w_i |G_i|^2 / s)`` and ``v_i = s / (w_i (1 - w_i |G_i|^2 / s))``.
         """
         L, LB, dual = state["L"], state["LB"], state["dual"]
         s = params["noise_variance"].detach()
@@ -358,9 +402,11 @@ class NystromGP(ExactGP):
             r, v = torch.empty_like(self.Y), self.Y.new_empty(self.n)
             for sl in iter_slices(self.n, self.rows):
                 G = solve_lower(LB, solve_lower(L, self.kernel(params, self.Z, self.X[sl])))
-                d = (1.0 - G.square().sum(0) / s) / s
+                w = self._w(sl)
+                w = w[0] if self.weights is not None else w
+                d = (1.0 - w * G.square().sum(0) / s) / s
                 r[sl] = (self.Y[sl] - G.T @ c) / s / d[:, None]
-                v[sl] = 1.0 / d
+                v[sl] = 1.0 / (w * d)
             return r, v
 
     def inverse_block(self, state, params, idx):
@@ -371,9 +417,16 @@ class NystromGP(ExactGP):
         with torch.no_grad():
             c = LB.T @ (L.T @ dual)
             G = solve_lower(LB, solve_lower(L, self.kernel(params, self.Z, self.X[idx])))
-            B = -(G.T @ G) / s
+            if self.weights is None:
+                B = -(G.T @ G) / s
+                B.diagonal().add_(1.0)
+                return B / s, (self.Y[idx] - G.T @ c) / s
+            h = self.weights[idx].sqrt()  # (see loo) W^1/2 (I - G~^T G~ / s) W^1/2 / s
+            Gw = G * h[None, :]
+            B = -(Gw.T @ Gw) / s
             B.diagonal().add_(1.0)
-            return B / s, (self.Y[idx] - G.T @ c) / s
+            return h[:, None] * B * h[None, :] / s, \
+                (h * h)[:, None] * (self.Y[idx] - G.T @ c) / s
 
     def value_and_grad(self, raw):
         """NLL and its gradient: values by row blocks, then each block's adjoint.
@@ -402,8 +455,9 @@ class NystromGP(ExactGP):
                 V = block(sl)
             graphs.append(V if keep else None)
             with torch.no_grad():
-                W.addmm_(V, V.T)
-                v.addmm_(V, self.Y[sl])
+                Vw = V * self._w(sl)
+                W.addmm_(Vw, V.T)
+                v.addmm_(Vw, self.Y[sl])
         W.requires_grad_(True)
         v.requires_grad_(True)
         nll = self._inner(W, v, self.unpack(rl)["noise_variance"])[0]
@@ -412,7 +466,7 @@ class NystromGP(ExactGP):
         for sl, V in zip(iter_slices(self.n, self.rows), graphs):
             V = block(sl) if V is None else V
             with torch.no_grad():
-                dV = torch.addmm(Gs @ V, gv, self.Y[sl].T)
+                dV = torch.addmm(Gs @ V, gv, self.Y[sl].T) * self._w(sl)
             (V * dV).sum().backward()
         torch.autograd.backward(self.anchor_chol(self.unpack(rl)), Ll.grad)
         return nll.detach(), rl.grad + graw

@@ -67,7 +67,7 @@ def label_variance(mu, low):
 
 
 def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_weight=None,
-                     n_nodes=8, coarse=4, groups=()):
+                     n_nodes=8, coarse=4, groups=(), row_weights=None):
     """The noise ratio on ``grid`` of smallest leave-one-out class log loss.
 
     With ``K_a = K + a I = U diag(e + a) U^T``, the predictive of the one-hot row ``i`` given
@@ -87,6 +87,12 @@ def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_we
     ``B = [K_a^-1]_GG`` their predictive is ``N(y_G - B^-1 [K_a^-1 Y]_G, s B^-1)`` (a twin
     left in would predict its row and drive the noise to its bound).
 
+    ``row_weights`` (a tensor, None: ones) are frequency weights: row ``i`` has noise
+    ``a / w_i`` (the weighted likelihood), is left out with all its repeats, predicts one
+    observation (noise ``a``) and counts ``w_i`` times in the mean loss; with
+    ``K~ = W^1/2 K W^1/2 = U diag(e) U^T``, ``(K + a W^-1)^-1 = W^1/2 (K~ + a I)^-1 W^1/2``
+    keeps one eigendecomposition for the whole grid.
+
     Returns ``(index into grid, mean loss, label noise, per-row losses (NumPy), weight)``,
     or ``None`` when no point scores finitely.
     """
@@ -99,22 +105,30 @@ def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_we
         yi_t = torch.as_tensor(yi, device=device).long()
         rows = torch.arange(n, device=device)
         group_rows = [torch.as_tensor(g, device=device) for g in groups]
-        e, U = torch.linalg.eigh(K)
+        h = None if row_weights is None else row_weights.sqrt()
+        e, U = torch.linalg.eigh(K if h is None else h[:, None] * K * h[None, :])
         e = e.clamp_min(0.0)
-        UtY, U2 = U.T @ Y, U * U
+        UtY, U2 = U.T @ (Y if h is None else h[:, None] * Y), U * U
+        extra_logdet = 0.0 if h is None else float(row_weights.sum()) - n
 
         def score(i, w=w0):
             a = grid[i]
             d = 1.0 / (e + a)
             diag_inv = U2 @ d
             dual = U @ (UtY * d[:, None])
-            q, logdet = (Y * dual).sum(), torch.log(e + a).sum()
+            if h is not None:
+                diag_inv, dual = diag_inv * row_weights, dual * h[:, None]
+            q = (Y * dual).sum()
+            logdet = torch.log(e + a).sum() + extra_logdet * math.log(a)
             mu = Y - dual / diag_inv[:, None]
             var = 1.0 / diag_inv
             for g in group_rows:
-                Binv = torch.linalg.inv((U[g] * d) @ U[g].T)
+                B = (U[g] * d) @ U[g].T
+                Binv = torch.linalg.inv(B if h is None else h[g, None] * B * h[None, g])
                 mu[g] = Y[g] - Binv @ dual[g]
                 var[g] = Binv.diagonal()
+            if h is not None:  # one observation's noise a, not the weighted row's a / w
+                var = var + a * (1.0 - 1.0 / row_weights)
             mix = posterior(q, logdet)
             P = argmax_proba(mu, var, mix.quantile_nodes(n_nodes), n_nodes,
                              device, dtype,
@@ -122,7 +136,8 @@ def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_we
             P = P / P.sum(dim=1, keepdim=True).clamp_min(1e-300)
             pt = P[rows, yi_t][:, None] * (1 - eps_t) + eps_t / C
             row_losses = -torch.log(pt.clamp_min(1e-9))
-            losses = to_numpy(row_losses.mean(dim=0))  # one copy of 8 numbers a point
+            losses = to_numpy(row_losses.mean(dim=0) if h is None else (
+                row_weights[:, None] * row_losses).sum(dim=0) / row_weights.sum())
             j = int(np.argmin(losses))
             loss = float(losses[j]) if np.isfinite(losses[j]) else math.inf
             scored[i, w] = (loss, float(LABEL_NOISE_GRID[j]), row_losses[:, j])

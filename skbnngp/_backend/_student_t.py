@@ -78,11 +78,18 @@ def relevance_penalty(tau, n_rel, first=5):
     return penalty
 
 
-def paired_gain(gain, z, min_gain):
+def paired_gain(gain, z, min_gain, weights=None):
     """``(mean, se, pays)`` of paired per-row gains: ``pays`` when the mean is more than
-    ``z`` standard errors above zero and at least ``min_gain`` a row."""
-    se = float(np.std(gain, ddof=1) / math.sqrt(gain.size))
-    mean = float(np.mean(gain))
+    ``z`` standard errors above zero and at least ``min_gain`` a row. ``weights`` counts a
+    row's gain that many times (as repeated rows would)."""
+    if weights is None:
+        se = float(np.std(gain, ddof=1) / math.sqrt(gain.size))
+        mean = float(np.mean(gain))
+    else:
+        n = float(np.sum(weights))
+        mean = float(np.sum(weights * gain) / n)
+        var = float(np.sum(weights * (gain - mean) ** 2) / max(n - 1.0, 1e-300))
+        se = math.sqrt(var / n)
     return mean, se, mean > max(z * se, min_gain)
 
 

@@ -75,12 +75,15 @@ class MixtureLayout:
     def to_tensor(self, values, weights, device, dtype):
         return as_tensor(np.array(self.pack(values, weights)), device, dtype)
 
-    def mean_prior_variance(self, kernel, values, weights, X, block=2**16):
+    def mean_prior_variance(self, kernel, values, weights, X, block=2**16, row_weights=None):
         """``mean_i k(x_i, x_i)`` of the kernel at ``values`` and ``weights`` (noise aside)
-        over the rows of the tensor ``X``, in row blocks: the scale of rule (25)."""
+        over the rows of the tensor ``X``, in row blocks: the scale of rule (25).
+        ``row_weights`` (a tensor) makes it the weighted mean over the rows."""
         p = self.unpack(self.to_tensor(dict(values, noise_variance=1.0), weights, X.device,
                                        X.dtype))
         diag = torch.cat([kernel(p, X[sl], diag=True) for sl in iter_slices(X.shape[0], block)])
+        if row_weights is not None:
+            return to_float((diag * row_weights).sum() / row_weights.sum())
         return to_float(diag.mean())
 
     def box(self, bounds, like):
