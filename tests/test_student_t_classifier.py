@@ -419,8 +419,8 @@ def test_only_the_kept_fits_warnings_reach_the_user(irrelevant, monkeypatch, kee
     X, y = irrelevant
     orig_fit = StudentTProcessRegressor.fit
 
-    def noisy_fit(self, X, y):
-        out = orig_fit(self, X, y)
+    def noisy_fit(self, X, y, sample_weight=None):
+        out = orig_fit(self, X, y, sample_weight=sample_weight)
         warnings.warn(f"fit with ard={self.ard}", UserWarning)
         return out
 
