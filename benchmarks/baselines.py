@@ -42,7 +42,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 #: How to install each optional peer.
 EXTRAS = {"gpytorch": 'pip install -e ".[bench]"',
-          "laplace": "pip install laplace-torch (see benchmarks/README.md)"}
+          "laplace": "pip install laplace-torch; see benchmarks/README.md"}
 
 
 def require(module, baseline):
