@@ -1,5 +1,6 @@
 """Shared pieces of the benchmark scripts: one scored fit, parallel runs with a record file,
-run metadata, a Gaussian-mixture predictive and small torch MLP helpers for baselines.
+run metadata, Gaussian scores, peak memory and the synthetic d = 8 problem. The peer models
+are in ``baselines.py``.
 
 The scoring reuses ``skbnngp.compare``'s (the same figures ``skbnngp compare`` reports):
 regression through the model's predictive distribution (``predict_dist``, or a Gaussian from
@@ -18,7 +19,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from scipy import special, stats
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -76,12 +76,6 @@ def with_settings(cls, settings, module=None):
     return Patched
 
 
-def brier(y, proba, classes):
-    """Multi-class Brier score, ``mean_i sum_k (p_ik - 1{y_i = k})^2``."""
-    onehot = (np.asarray(y)[:, None] == np.asarray(classes)[None, :]).astype(np.float64)
-    return float(np.mean(np.sum((proba - onehot) ** 2, axis=1)))
-
-
 def run_fit(key, make_model, X, y, train, test, task):
     """Fit ``make_model()`` on ``train`` rows, score it on ``test`` rows.
 
@@ -89,9 +83,14 @@ def run_fit(key, make_model, X, y, train, test, task):
     are recorded, never raised.
     """
     import torch
+    from sklearn.metrics import brier_score_loss
     from threadpoolctl import threadpool_limits
 
-    from skbnngp.compare._run import _predictive, _score_classification, _score_regression
+    from skbnngp.compare._run import (
+        _predictive,
+        _score_classification,
+        _score_regression,
+    )
 
     torch.set_num_threads(1)
     rec = dict(key, n_train=int(len(train)), n_test=int(len(test)), metrics={}, error=None,
@@ -114,7 +113,9 @@ def run_fit(key, make_model, X, y, train, test, task):
                 scores, _ = _score_classification(y[test], proba, model.classes_)
                 p = np.clip(proba, 0.0, 1.0)
                 p /= np.maximum(p.sum(axis=1, keepdims=True), np.finfo(float).tiny)
-                scores["brier"] = brier(y[test], p, model.classes_)
+                # multi-class Brier score, mean_i sum_k (p_ik - 1{y_i = k})^2
+                scores["brier"] = brier_score_loss(y[test], p, labels=model.classes_,
+                                                   scale_by_half=False)
             rec["metrics"] = {k: float(v) for k, v in scores.items()}
             rec["metrics"].update(fit_s=fit_s, predict_s=predict_s)
         except Exception as exc:  # noqa: BLE001 - one failed fit is reported, the run goes on
@@ -211,118 +212,36 @@ def fmt(value, spec=".3f"):
     return "—" if value is None or not np.isfinite(value) else format(value, spec)
 
 
-# ============================================================================ predictive
-class GaussianMixture:
-    """Equal-weight mixture of Gaussians per test point: ``loc``, ``scale`` of shape (k, n).
+# ============================================================================ one process
+def peak_mb():
+    """Peak resident memory of this process so far, in MB (Linux ``ru_maxrss``)."""
+    import resource
 
-    Has the methods :mod:`skbnngp.metrics` reads (``logpdf``, ``cdf``, ``ppf``, ``interval``,
-    ``median``, ``mean``, ``std``); ``cdf`` and ``logpdf`` broadcast leading axes of their
-    argument against the batch shape ``(n,)``; ``ppf`` is found by bisection.
-    """
-
-    def __init__(self, loc, scale):
-        self.loc = np.atleast_2d(np.asarray(loc, dtype=np.float64))
-        self.scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), self.loc.shape)
-        self.shape = self.loc.shape[1:]
-
-    def _standardised(self, z):
-        z = np.asarray(z, dtype=np.float64)
-        z = np.broadcast_to(z, np.broadcast_shapes(z.shape, self.shape))
-        extra = (1,) * (z.ndim - 1)
-        loc = self.loc.reshape((self.loc.shape[0],) + extra + self.shape)
-        scale = self.scale.reshape(loc.shape)
-        return (z[None] - loc) / scale, scale
-
-    def logpdf(self, z):
-        u, scale = self._standardised(z)
-        comp = -0.5 * u ** 2 - 0.5 * np.log(2 * np.pi) - np.log(scale)
-        return special.logsumexp(comp, axis=0) - np.log(self.loc.shape[0])
-
-    def pdf(self, z):
-        return np.exp(self.logpdf(z))
-
-    def cdf(self, z):
-        u, _ = self._standardised(z)
-        return np.mean(special.ndtr(u), axis=0)
-
-    def ppf(self, q, n_iter=80):
-        q = np.broadcast_to(np.asarray(q, dtype=np.float64), self.shape)
-        lo = np.min(self.loc - 40 * self.scale, axis=0)
-        hi = np.max(self.loc + 40 * self.scale, axis=0)
-        for _ in range(n_iter):
-            mid = 0.5 * (lo + hi)
-            below = self.cdf(mid) < q
-            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        return 0.5 * (lo + hi)
-
-    def interval(self, confidence):
-        return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
-
-    def median(self):
-        return self.ppf(0.5)
-
-    def mean(self):
-        return self.loc.mean(axis=0)
-
-    def var(self):
-        return np.mean(self.scale ** 2 + self.loc ** 2, axis=0) - self.mean() ** 2
-
-    def std(self):
-        return np.sqrt(self.var())
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def gaussian(mean, std):
-    return stats.norm(np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64))
+def gaussian_scores(y, mean, std, what=("nlpd", "coverage_95", "rmse")):
+    """The scores ``what`` of the Gaussian predictive ``N(mean, std**2)``: ``nlpd``
+    (:func:`skbnngp.metrics.nlpd`), ``coverage_95`` (:func:`skbnngp.metrics.interval_coverage`
+    of the central 95 % interval) and ``rmse`` of the mean."""
+    from scipy import stats
+
+    from skbnngp.metrics import interval_coverage, nlpd
+
+    dist = stats.norm(np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64))
+    score = {"nlpd": lambda: nlpd(y, dist), "coverage_95": lambda: interval_coverage(y, dist),
+             "rmse": lambda: np.sqrt(np.mean((np.asarray(mean) - y) ** 2))}
+    return {k: float(score[k]()) for k in what}
 
 
-# ============================================================================ torch MLPs
-def mlp(n_in, hidden, n_out, seed):
-    import torch
-
-    torch.manual_seed(seed)
-    layers, width = [], n_in
-    for h in hidden:
-        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
-        width = h
-    layers.append(torch.nn.Linear(width, n_out))
-    return torch.nn.Sequential(*layers)
-
-
-def train_early_stopping(net, loss_fn, X, y, *, seed, lr=3e-3, batch_size=64, max_epochs=1000,
-                         patience=50, validation_fraction=0.1, weight_decay=0.0):
-    """Adam on ``loss_fn(net(x), y)`` with early stopping on a random validation split.
-
-    Returns ``net`` with the weights of the best validation loss and the number of epochs.
-    ``X``, ``y`` are float tensors; with fewer than 20 rows no split is made (fixed epochs).
-    """
-    import copy
-
-    import torch
-
-    n = X.shape[0]
-    gen = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(n, generator=gen)
-    n_val = int(round(validation_fraction * n)) if n >= 20 else 0
-    val, tr = perm[:n_val], perm[n_val:]
-    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
-    best, best_state, best_epoch, epoch = np.inf, copy.deepcopy(net.state_dict()), 0, 0
-    for epoch in range(1, max_epochs + 1):
-        net.train()
-        order = tr[torch.randperm(tr.numel(), generator=gen)]
-        for start in range(0, order.numel(), batch_size):
-            idx = order[start:start + batch_size]
-            opt.zero_grad()
-            loss_fn(net(X[idx]), y[idx]).backward()
-            opt.step()
-        if n_val:
-            net.eval()
-            with torch.no_grad():
-                v = float(loss_fn(net(X[val]), y[val]))
-            if v < best - 1e-6:
-                best, best_state, best_epoch = v, copy.deepcopy(net.state_dict()), epoch
-            elif epoch - best_epoch >= patience:
-                break
-    if n_val:
-        net.load_state_dict(best_state)
-    net.eval()
-    return net, (best_epoch if n_val else epoch)
+def make_d8(n, n_test, seed=0):
+    """The d = 8 regression problem of ``bench_student_t.py``, ``bench_dbk.py`` and
+    ``bench_gpu.py``: a smooth additive-plus-interaction signal, noise sd 0.2, inputs
+    standardised by the training rows. Returns ``X, y, X_test, y_test``."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n + n_test, 8))
+    f = (np.sin(1.5 * X[:, 0]) + 0.5 * np.cos(2 * X[:, 1]) + 0.5 * X[:, 2] * X[:, 3]
+         + 0.3 * X[:, 4] ** 2 - 0.4 * np.abs(X[:, 5]) + 0.2 * X[:, 6])
+    y = f + 0.2 * rng.normal(size=f.shape)
+    X = (X - X[:n].mean(0)) / X[:n].std(0)
+    return X[:n], y[:n], X[n:], y[n:]

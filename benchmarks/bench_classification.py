@@ -58,12 +58,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (  # noqa: E402
-    with_settings,
     RESULTS,
     fmt,
     git_commit,
@@ -73,8 +71,17 @@ from _harness import (  # noqa: E402
     run_fit,
     versions,
     warning_counts,
+    with_settings,
     write_results,
 )
+from baselines import (  # noqa: E402
+    MLPEnsembleClassifier,
+    logistic_regression,
+    mlp_classifier,
+    sklearn_gpc,
+)
+
+from skbnngp.metrics import expected_calibration_error  # noqa: E402 (after _harness's path)
 
 SETS = ("iris", "wine", "breast_cancer", "digits", "overlap", "imbalanced")
 MODELS = ("stpc", "fidgp", "lr", "gpc", "mlp", "ensemble")
@@ -104,24 +111,29 @@ N_FLOOR_DRAWS = 200
 N_PVALUE_DRAWS = 2000
 
 
-def ece_top_label(correct, conf, n_bins=N_BINS):
-    """Top-label ECE of one or many label draws: ``correct`` (n,) or (draws, n) in {0, 1},
-    ``conf`` (n,) the top-label confidence; 15 equal-width bins as ``metrics``' ECE."""
-    conf = np.asarray(conf, dtype=np.float64)
-    bins = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
-    onehot = (bins[:, None] == np.arange(n_bins)[None, :]).astype(np.float64)
-    gap = (np.asarray(correct, dtype=np.float64) - conf) @ onehot  # per bin: sum(acc - conf)
-    return np.abs(gap).sum(axis=-1) / conf.shape[0]
+def _normalised(proba):
+    p = np.clip(np.asarray(proba, dtype=np.float64), 0.0, 1.0)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def _calibrated_eces(proba, u):
+    """ECE (:func:`skbnngp.metrics.expected_calibration_error`) of each row of uniforms ``u``
+    (draws, n) turned into labels: the top label where ``u < confidence`` (so that it is
+    right with probability equal to its confidence), another label elsewhere."""
+    p = _normalised(proba)
+    top = p.argmax(axis=1)
+    other = (top + 1) % p.shape[1]
+    conf = p.max(axis=1)
+    return np.array([expected_calibration_error(np.where(row < conf, top, other), p,
+                                                n_bins=N_BINS) for row in u])
 
 
 def ece_noise_floor(proba, n_draws=N_FLOOR_DRAWS, seed=0):
     """Mean ECE of a perfectly calibrated model with these probabilities: labels drawn from
     each row's predictive, so the top label is right with probability equal to its
     confidence."""
-    p = np.asarray(proba, dtype=np.float64)
-    conf = p.max(axis=1)
-    u = np.random.default_rng(seed).random((n_draws, p.shape[0]))
-    return float(np.mean(ece_top_label((u < conf).astype(np.float64), conf)))
+    u = np.random.default_rng(seed).random((n_draws, np.shape(proba)[0]))
+    return float(np.mean(_calibrated_eces(proba, u)))
 
 
 def ece_calibrated_draws(probas, n_draws=N_PVALUE_DRAWS, seed=0):
@@ -133,9 +145,7 @@ def ece_calibrated_draws(probas, n_draws=N_PVALUE_DRAWS, seed=0):
     rng = np.random.default_rng(seed)
     out = np.zeros(n_draws)
     for proba in probas:
-        conf = np.asarray(proba, dtype=np.float64).max(axis=1)
-        out += ece_top_label((rng.random((n_draws, conf.shape[0])) < conf).astype(np.float64),
-                             conf)
+        out += _calibrated_eces(proba, rng.random((n_draws, np.shape(proba)[0])))
     return out / len(probas)
 
 
@@ -148,30 +158,7 @@ def ece_pvalue(observed, draws):
 
 def ece_of(y_idx, proba):
     """Top-label ECE of labels ``y_idx`` (column indices) under ``proba``."""
-    p = np.asarray(proba, dtype=np.float64)
-    return float(ece_top_label((p.argmax(axis=1) == y_idx).astype(np.float64), p.max(axis=1)))
-
-
-class MLPEnsembleClassifier(ClassifierMixin, BaseEstimator):
-    """``n_members`` ``MLPClassifier`` with different seeds; the probabilities are averaged."""
-
-    def __init__(self, n_members=5, random_state=0):
-        self.n_members = n_members
-        self.random_state = random_state
-
-    def fit(self, X, y):
-        from sklearn.neural_network import MLPClassifier
-
-        self.members_ = [MLPClassifier(max_iter=1000, random_state=self.random_state + k)
-                         .fit(X, y) for k in range(self.n_members)]
-        self.classes_ = self.members_[0].classes_
-        return self
-
-    def predict_proba(self, X):
-        return np.mean([m.predict_proba(X) for m in self.members_], axis=0)
-
-    def predict(self, X):
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+    return expected_calibration_error(y_idx, _normalised(proba), n_bins=N_BINS)
 
 
 def _variant(base, params, settings=None):
@@ -184,22 +171,19 @@ def _variant(base, params, settings=None):
 
 
 def make_model(name, n_features):
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
     import skbnngp
-    from skbnngp.compare._registry import _sklearn_gpc
 
     common = {"device": "cpu", "random_state": 0}
     model = {
         "stpc": lambda: skbnngp.StudentTProcessClassifier(**common),
         "fidgp": lambda: skbnngp.FiDGPClassifier(**common),
         **{k: (lambda spec=spec: _variant(*spec)) for k, spec in VARIANTS.items()},
-        "lr": lambda: LogisticRegression(max_iter=1000),
-        "gpc": lambda: _sklearn_gpc(n_features),  # isotropic above 20 features
-        "mlp": lambda: MLPClassifier(max_iter=1000, random_state=0),
+        "lr": lambda: logistic_regression(),
+        "gpc": lambda: sklearn_gpc(n_features),  # isotropic above 20 features
+        "mlp": lambda: mlp_classifier(),
         "ensemble": lambda: MLPEnsembleClassifier(),
     }[name]()
     return Pipeline([("scale", StandardScaler()), ("model", model)])

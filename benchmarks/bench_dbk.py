@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -38,8 +37,10 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
-sys.path.insert(0, str(HERE.parent))  # run from a checkout
+sys.path.insert(0, str(HERE))
+from _harness import RESULTS, gaussian_scores, make_d8, peak_mb  # noqa: E402 (adds the checkout)
+from baselines import SVGPRegressor, sklearn_gpr  # noqa: E402
+
 N_TEST = 2000
 D = 8
 #: The DBK configurations measured (the svi one is also used for the scale runs).
@@ -50,23 +51,12 @@ DBK_SVI_VALIDATION_INTERVAL = 2
 
 
 def make_data(n, seed=0):
-    """d = 8 inputs, a smooth additive-plus-interaction signal, noise sd 0.2 (as in
-    ``bench_student_t.py``)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n + N_TEST, D))
-    f = (np.sin(1.5 * X[:, 0]) + 0.5 * np.cos(2 * X[:, 1]) + 0.5 * X[:, 2] * X[:, 3]
-         + 0.3 * X[:, 4] ** 2 - 0.4 * np.abs(X[:, 5]) + 0.2 * X[:, 6])
-    y = f + 0.2 * rng.normal(size=f.shape)
-    X = (X - X[:n].mean(0)) / X[:n].std(0)
-    return X[:n], y[:n], X[n:], y[n:]
+    """``_harness.make_d8`` with 2,000 test rows (as ``bench_gpu.py``)."""
+    return make_d8(n, N_TEST, seed)
 
 
-def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def nlpd(y, mean, std):
-    return float(np.mean(0.5 * np.log(2 * np.pi * std ** 2) + 0.5 * ((y - mean) / std) ** 2))
+def scores(y, mean, std):
+    return gaussian_scores(y, mean, std, what=("nlpd", "rmse"))
 
 
 # --------------------------------------------------------------------------- runs
@@ -101,8 +91,7 @@ def run_million(device, epochs=2):
     t0 = time.perf_counter()
     mean, std = reg.predict(Xt, return_std=True)
     return dict(n=1_000_000, epochs=epochs, fit_s=fit_s, predict_s=time.perf_counter() - t0,
-                peak_mb=peak_mb() - base, nlpd=nlpd(yt, mean, std),
-                rmse=float(np.sqrt(np.mean((mean - yt) ** 2))))
+                peak_mb=peak_mb() - base, **scores(yt, mean, std))
 
 
 def run_loglik_time(n, device):
@@ -146,80 +135,36 @@ def run_dbk(n, device, exact, **extra):
     label = "DBK (exact)" if exact else "DBK (svi)"
     if extra:
         label += " " + ", ".join(f"{k}={v}" for k, v in extra.items())
-    return dict(model=label, n=n, fit_s=fit_s,
-                nlpd=nlpd(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
+    return dict(model=label, n=n, fit_s=fit_s, **scores(yt, mean, std),
                 peak_mb=peak_mb() - base, epochs=reg.n_iter_, best=reg.best_iteration_)
 
 
 def run_svgp(n, device, epochs=20, m=256):
-    """GPyTorch SVGP: 256 inducing points (k-means++ free: a random subset), ARD RBF,
-    Adam lr 0.01 on all parameters, batch 256, ``epochs`` epochs."""
-    import gpytorch
+    """``baselines.SVGPRegressor``: 256 inducing points, batch 256, ``epochs`` epochs."""
     import torch
+
     X, y, Xt, yt = make_data(n)
     dev = torch.device(device if device != "auto" else
                        ("cuda" if torch.cuda.is_available() else "cpu"))
     base = peak_mb()
     t0 = time.perf_counter()
-    g = torch.Generator().manual_seed(0)
-    Xtr = torch.as_tensor(X, device=dev)
-    ym, ys = y.mean(), y.std()
-    ytr = torch.as_tensor((y - ym) / ys, device=dev)
-    Z = Xtr[torch.randperm(n, generator=g)[:m].to(dev)].clone()
-
-    class SVGP(gpytorch.models.ApproximateGP):
-        def __init__(self):
-            dist = gpytorch.variational.CholeskyVariationalDistribution(m)
-            strat = gpytorch.variational.VariationalStrategy(self, Z, dist,
-                                                             learn_inducing_locations=True)
-            super().__init__(strat)
-            self.mean_module = gpytorch.means.ConstantMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=D))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
-
-    model = SVGP().to(dev).double()
-    lik = gpytorch.likelihoods.GaussianLikelihood().to(dev).double()
-    mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=n)
-    opt = torch.optim.Adam(list(model.parameters()) + list(lik.parameters()), lr=0.01)
-    model.train(), lik.train()
-    for _ in range(epochs):
-        perm = torch.randperm(n, generator=g).to(dev)
-        for s in range(0, n, 256):
-            idx = perm[s:s + 256]
-            opt.zero_grad()
-            loss = -mll(model(Xtr[idx]), ytr[idx])
-            loss.backward()
-            opt.step()
-    if dev.type == "cuda":  # the steps above are queued asynchronously
-        torch.cuda.synchronize()
+    svgp = SVGPRegressor(n_inducing=m, batch_size=256, n_steps=None, max_epochs=epochs,
+                         device=dev).fit(X, y)
     fit_s = time.perf_counter() - t0
-    model.eval(), lik.eval()
-    with torch.no_grad(), gpytorch.settings.fast_pred_var():
-        pred = lik(model(torch.as_tensor(Xt, device=dev)))
-        mean = pred.mean.cpu().numpy() * ys + ym
-        std = pred.variance.sqrt().cpu().numpy() * ys
-    return dict(model="GPyTorch SVGP (256)", n=n, fit_s=fit_s, nlpd=nlpd(yt, mean, std),
-                rmse=float(np.sqrt(np.mean((mean - yt) ** 2))), peak_mb=peak_mb() - base,
-                epochs=epochs)
+    mean, std = svgp.predict(Xt, return_std=True)
+    return dict(model="GPyTorch SVGP (256)", n=n, fit_s=fit_s, **scores(yt, mean, std),
+                peak_mb=peak_mb() - base, epochs=epochs)
 
 
 def run_sklearn(n, device):
-    from sklearn.gaussian_process import GaussianProcessRegressor
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
     X, y, Xt, yt = make_data(n)
     base = peak_mb()
     t0 = time.perf_counter()
-    k = ConstantKernel(1.0) * RBF(np.ones(D)) + WhiteKernel(1.0)
-    gpr = GaussianProcessRegressor(k, normalize_y=True, random_state=0).fit(X, y)
+    gpr = sklearn_gpr(D, random_state=0).fit(X, y)
     fit_s = time.perf_counter() - t0
     mean, std = gpr.predict(Xt, return_std=True)
     return dict(model="sklearn GPR (ARD RBF + White)", n=n, fit_s=fit_s,
-                nlpd=nlpd(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
-                peak_mb=peak_mb() - base)
+                **scores(yt, mean, std), peak_mb=peak_mb() - base)
 
 
 RUNNERS = {"epoch": run_epoch_time, "million": lambda n, dev: run_million(dev),

@@ -44,6 +44,7 @@ RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from _harness import with_settings  # noqa: E402
+from baselines import sklearn_gpr  # noqa: E402
 
 #: Candidate defaults: estimator -> [(label, parameters)]; the first is the default the
 #: package shipped before this benchmark. A ``"settings"`` entry of the parameters holds
@@ -107,8 +108,7 @@ def make_pipe(estimator, params, n_features):
     from sklearn.preprocessing import StandardScaler
 
     if estimator == "GaussianProcessRegressor":
-        from skbnngp.compare._registry import _sklearn_gpr
-        model = _sklearn_gpr(n_features)
+        model = sklearn_gpr(n_features)
     else:
         import skbnngp
         params = dict(params)

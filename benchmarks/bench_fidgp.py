@@ -57,6 +57,14 @@ RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from _harness import with_settings  # noqa: E402
+from baselines import (  # noqa: E402
+    MLPEnsembleClassifier,
+    logistic_regression,
+    mlp_classifier,
+    sklearn_gpc,
+)
+
+from skbnngp.metrics import expected_calibration_error, ood_auroc  # noqa: E402
 
 HIDDEN = (64, 64)
 #: ``--variants``: FiD-GP with one parameter changed, compared seed by seed with the defaults'
@@ -118,17 +126,9 @@ def calibration_sets():
 
 def scores(proba, y, n_classes):
     from sklearn.metrics import accuracy_score, log_loss
-
-    from skbnngp.metrics import expected_calibration_error
     return dict(accuracy=float(accuracy_score(y, proba.argmax(1))),
                 nll=float(log_loss(y, np.clip(proba, 1e-12, 1), labels=np.arange(n_classes))),
                 ece=float(expected_calibration_error(y, proba, n_bins=15)))
-
-
-def auroc(s_in, s_out):
-    from sklearn.metrics import roc_auc_score
-    return float(roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(s_out))],
-                               np.r_[s_in, s_out]))
 
 
 def entropy(p):
@@ -151,14 +151,16 @@ def refit_ood(clf, Xtr, method):
     return other
 
 
-def mlps(Xtr, ytr, seeds):
-    from sklearn.neural_network import MLPClassifier
+def mlp_peers(Xtr, ytr, seed):
+    """The OoD peers: one ``MLPClassifier(HIDDEN)`` (``random_state=10 * seed``) and a 5-MLP
+    ensemble (``random_state`` ``10 * seed + 1`` to ``+ 5``), each on standardised inputs."""
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return [make_pipeline(StandardScaler(), MLPClassifier(
-            HIDDEN, max_iter=300, random_state=int(s))).fit(Xtr, ytr) for s in seeds]
+        return [make_pipeline(StandardScaler(), model).fit(Xtr, ytr) for model in (
+            mlp_classifier(HIDDEN, max_iter=300, random_state=10 * seed),
+            MLPEnsembleClassifier(5, HIDDEN, max_iter=300, random_state=10 * seed + 1))]
 
 
 def run_ood(params, seeds=(0,)):
@@ -180,10 +182,9 @@ def _run_ood_seed(params, seed):
             clf = fidgp(seed, **params).fit(Xtr, ytr)
         fit_s = time.perf_counter() - t0
         alt = refit_ood(clf, Xtr, "inducing") if clf.ood_method_ != "inducing" else None
-        mlp = mlps(Xtr, ytr, [10 * seed])[0]
-        ens = mlps(Xtr, ytr, range(10 * seed + 1, 10 * seed + 6))
+        mlp, ens = mlp_peers(Xtr, ytr, seed)
         p_in = clf.predict_proba(Xte)
-        m_in, e_in = mlp.predict_proba(Xte), np.mean([m.predict_proba(Xte) for m in ens], 0)
+        m_in, e_in = mlp.predict_proba(Xte), ens.predict_proba(Xte)
         row = dict(task=task, seed=seed, fit_s=fit_s, n_parameters=clf.n_parameters_,
                    ood_ranks=clf.ood_ranks_, widths=[clf.inducing_matrices_[0].shape],
                    fidgp=scores(p_in, yte, K), mlp=scores(m_in, yte, K),
@@ -193,13 +194,13 @@ def _run_ood_seed(params, seed):
         for name, Xo in oods.items():
             p_out = clf.predict_proba(Xo)
             m_out = mlp.predict_proba(Xo)
-            e_out = np.mean([m.predict_proba(Xo) for m in ens], 0)
+            e_out = ens.predict_proba(Xo)
             row["ood"][name] = dict(
-                ood_score=auroc(s_in, clf.ood_score(Xo)),
-                ood_score_inducing=None if alt is None else auroc(a_in, alt.ood_score(Xo)),
-                max_softmax=auroc(1 - p_in.max(1), 1 - p_out.max(1)),
-                mlp_max_softmax=auroc(1 - m_in.max(1), 1 - m_out.max(1)),
-                ensemble_entropy=auroc(entropy(e_in), entropy(e_out)))
+                ood_score=ood_auroc(s_in, clf.ood_score(Xo)),
+                ood_score_inducing=None if alt is None else ood_auroc(a_in, alt.ood_score(Xo)),
+                max_softmax=ood_auroc(1 - p_in.max(1), 1 - p_out.max(1)),
+                mlp_max_softmax=ood_auroc(1 - m_in.max(1), 1 - m_out.max(1)),
+                ensemble_entropy=ood_auroc(entropy(e_in), entropy(e_out)))
         print(json.dumps(row), flush=True)
         out.append(row)
         if params:  # the previous defaults: task (i) only
@@ -229,8 +230,8 @@ def run_variant(name, seeds):
             for oname, Xo in oods.items():
                 p_out = clf.predict_proba(Xo)
                 row["ood"][oname] = {
-                    "ood_score": auroc(s_in, clf.ood_score(Xo)),
-                    "max_softmax": auroc(1 - p_in.max(1), 1 - p_out.max(1))}
+                    "ood_score": ood_auroc(s_in, clf.ood_score(Xo)),
+                    "max_softmax": ood_auroc(1 - p_in.max(1), 1 - p_out.max(1))}
             print(json.dumps(row), flush=True)
             out.append(row)
     return out
@@ -322,9 +323,6 @@ def _variants_table(variant_rows, base_rows, note, title):
 
 
 def run_calibration(folds=5, budget=None):
-    from sklearn.gaussian_process import GaussianProcessClassifier
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-    from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -334,10 +332,9 @@ def run_calibration(folds=5, budget=None):
         models = {
             "FiDGPClassifier": lambda: fidgp(),
             "LogisticRegression": lambda: make_pipeline(StandardScaler(),
-                                                        LogisticRegression(max_iter=2000)),
-            "GaussianProcessClassifier": lambda: make_pipeline(
-                StandardScaler(), GaussianProcessClassifier(ConstantKernel(1.0) * RBF(3.0),
-                                                            random_state=0)),
+                                                        logistic_regression(max_iter=2000)),
+            "GaussianProcessClassifier": lambda: make_pipeline(  # isotropic, from 3.0
+                StandardScaler(), sklearn_gpc(length_scale=3.0, random_state=0)),
         }
         if budget is not None:
             models[f"FiDGPClassifier layer_budget={budget}"] = lambda: fidgp(layer_budget=budget)

@@ -196,49 +196,23 @@ def _ours(name, n, device, n_test):
 
 
 def _gpytorch_exact(n, device, n_test, steps=50):
-    import gpytorch
     import torch
-    from bench_dbk import D, nlpd
+
+    from _harness import gaussian_scores
+    from baselines import GPyTorchExactGPRegressor
     X, y, Xt, yt = _data(n, n_test)
     dev = torch.device(device)
-    ym, ys = y.mean(), y.std()
-    Xtr = torch.as_tensor(X, dtype=torch.float32, device=dev)
-    ytr = torch.as_tensor((y - ym) / ys, dtype=torch.float32, device=dev)
-
-    class GP(gpytorch.models.ExactGP):
-        def __init__(self, lik):
-            super().__init__(Xtr, ytr, lik)
-            self.mean_module = gpytorch.means.ConstantMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=D))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
-
     _warm(torch, dev)
     _reset_peak(torch, dev)
     t0 = time.perf_counter()
-    lik = gpytorch.likelihoods.GaussianLikelihood().to(dev)
-    model = GP(lik).to(dev)
-    model.train(), lik.train()
-    opt = torch.optim.Adam(model.parameters(), lr=0.1)
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
-    for _ in range(steps):
-        opt.zero_grad()
-        (-mll(model(Xtr), ytr)).backward()
-        opt.step()
-    _sync(torch, dev)
+    model = GPyTorchExactGPRegressor(n_steps=steps, dtype="float32", fast_pred_var=True,
+                                     device=dev).fit(X, y)
     fit_s = time.perf_counter() - t0
-    model.eval(), lik.eval()
     t0 = time.perf_counter()
-    with torch.no_grad(), gpytorch.settings.fast_pred_var():
-        pred = lik(model(torch.as_tensor(Xt, dtype=torch.float32, device=dev)))
-        mean = pred.mean.cpu().double().numpy() * ys + ym
-        std = pred.variance.sqrt().cpu().double().numpy() * ys
+    mean, std = model.predict(Xt, return_std=True)
     predict_s = time.perf_counter() - t0
     return dict(model="gpytorch_exact", n=n, fit_s=fit_s, predict_s=predict_s,
-                nlpd=nlpd(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
+                **gaussian_scores(yt, mean, std, what=("nlpd", "rmse")),
                 peak_gb=_peak_gb(torch, dev), device=str(dev), warnings=[])
 
 

@@ -39,9 +39,11 @@ from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import RESULTS, gaussian_scores  # noqa: E402 (adds the checkout)
+from baselines import sklearn_gpr  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout
 N_ROWS, N_SUBSET, D, SEED = 20_000, 4_000, 8, 0
 RANKS = (64, 128, 256, 512, 1024)
 #: The Bayes predictive N(f(x), 1) of Friedman #1 with noise sd 1, expected values.
@@ -59,12 +61,8 @@ def make_data(n_rows=N_ROWS, seed=SEED):
 
 
 def metrics(y, mean, std):
-    from scipy import stats
-    from skbnngp.metrics import nlpd
-    inside = np.abs(y - mean) <= stats.norm.ppf(0.975) * std
-    return {"rmse": float(np.sqrt(np.mean((y - mean) ** 2))),
-            "nlpd": float(nlpd(y, stats.norm(mean, std))),
-            "coverage95": float(inside.mean())}
+    score = gaussian_scores(y, mean, std)
+    return {"rmse": score["rmse"], "nlpd": score["nlpd"], "coverage95": score["coverage_95"]}
 
 
 def run_model(spec):
@@ -77,13 +75,11 @@ def run_model(spec):
         Xtr, ytr = Xtr[idx], ytr[idx]
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if kind == "sklearn":
-        from sklearn.gaussian_process import GaussianProcessRegressor
-        from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
         from sklearn.preprocessing import StandardScaler
         t0 = time.perf_counter()
         scaler = StandardScaler().fit(Xtr)
-        kernel = ConstantKernel() * RBF(np.ones(D), (1e-2, 1e3)) + WhiteKernel(0.1)
-        model = GaussianProcessRegressor(kernel, normalize_y=True, random_state=SEED)
+        model = sklearn_gpr(D, length_scale_bounds=(1e-2, 1e3), noise_level=0.1,
+                            random_state=SEED)
         model.fit(scaler.transform(Xtr), ytr)
         t1 = time.perf_counter()
         mean, std = model.predict(scaler.transform(Xte), return_std=True)

@@ -44,13 +44,13 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
-sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
+from _harness import RESULTS, gaussian_scores  # noqa: E402 (adds the checkout)
+from baselines import PosthocLaplaceRegressor  # noqa: E402
 
 
-def nlpd(y, mean, std):
-    return float(np.mean(0.5 * np.log(2 * np.pi * std ** 2) + 0.5 * ((y - mean) / std) ** 2))
+def scores(y, mean, std):
+    return gaussian_scores(y, mean, std, what=("nlpd", "rmse"))
 
 
 def posthoc(net, X, y, Xt, yt, noise, **kw):
@@ -59,9 +59,7 @@ def posthoc(net, X, y, Xt, yt, noise, **kw):
     reg = RichBLLRegressor(network=net, train_network=False, noise_variance=noise,
                            device="cpu", random_state=0, **kw).fit(X, y)
     sec = time.perf_counter() - t0
-    mean, std = reg.predict(Xt, return_std=True)
-    return reg, dict(posthoc_s=sec, nlpd=nlpd(yt, mean, std),
-                     rmse=float(np.sqrt(np.mean((mean - yt) ** 2))))
+    return reg, dict(posthoc_s=sec, **scores(yt, *reg.predict(Xt, return_std=True)))
 
 
 def gap_part():
@@ -109,25 +107,14 @@ def gap_part():
 
 
 def laplace_torch(net, X, y, Xt, yt, noise, x_off, x_sc, y_mean):
-    import torch
-    from laplace import Laplace
-    Xs = torch.as_tensor((X - x_off) / x_sc)
-    ys = torch.as_tensor(y - y_mean)[:, None]
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(Xs, ys),
-                                         batch_size=256)
+    """``baselines.PosthocLaplaceRegressor`` on ``net`` (inputs standardised as the network
+    saw them, y centred)."""
     t0 = time.perf_counter()
-    la = Laplace(net, "regression", subset_of_weights="last_layer", hessian_structure="full",
-                 sigma_noise=float(np.sqrt(noise)))
-    la.fit(loader)
-    la.optimize_prior_precision(method="marglik")
+    la = PosthocLaplaceRegressor(net, noise, x_offset=x_off, x_scale=x_sc,
+                                 y_offset=y_mean).fit(X, y)
     sec = time.perf_counter() - t0
-    with torch.no_grad():
-        f_mu, f_var = la(torch.as_tensor((Xt - x_off) / x_sc), pred_type="glm")
-    mean = f_mu.numpy()[:, 0] + y_mean
-    std = np.sqrt(f_var.numpy().reshape(len(Xt)) + noise)
-    return dict(posthoc_s=sec, nlpd=nlpd(yt, mean, std),
-                rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
-                prior_precision=float(la.prior_precision))
+    return dict(posthoc_s=sec, **scores(yt, *la.predict(Xt, return_std=True)),
+                prior_precision=la.prior_precision_)
 
 
 def regression_part(sklearn_from_dbk):
@@ -183,24 +170,17 @@ EVIDENCE_RUNS = [("smooth", "kfold", 1), ("step", "kfold", 2), ("heteroscedastic
 
 
 def _score(y, mean, std):
-    z = (y - mean) / std
-    return dict(nlpd=float(np.mean(0.5*np.log(2*np.pi*std**2) + 0.5*z**2)),
-                cov95=float(np.mean(np.abs(z) < 1.959964)), rmse=float(np.sqrt(np.mean((y-mean)**2))))
+    score = gaussian_scores(y, mean, std)
+    return dict(nlpd=score["nlpd"], cov95=score["coverage_95"], rmse=score["rmse"])
+
 
 def _laplace_ll(reg, X, y, Xt, yt, noise):
-    import torch
-    from laplace import Laplace
-    net = reg.network_
-    xs = lambda A: torch.as_tensor((A - reg._X_offset) / reg._X_scale)
-    ys = torch.as_tensor((y - reg._y_train_mean) / reg._y_train_std)[:, None]
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs(X), ys), batch_size=256)
-    la = Laplace(net, "regression", subset_of_weights="last_layer", hessian_structure="full",
-                 sigma_noise=float(np.sqrt(noise)))
-    la.fit(loader); la.optimize_prior_precision(method="marglik")
-    with torch.no_grad():
-        f_mu, f_var = la(xs(Xt), pred_type="glm")
-    sd = reg._y_train_std[0]
-    return f_mu.numpy()[:, 0]*sd + reg._y_train_mean[0], np.sqrt(f_var.numpy().reshape(-1) + noise)*sd
+    """``baselines.PosthocLaplaceRegressor`` on ``reg``'s network (its own scalings)."""
+    la = PosthocLaplaceRegressor(reg.network_, noise, x_offset=reg._X_offset,
+                                 x_scale=reg._X_scale, y_offset=reg._y_train_mean[0],
+                                 y_scale=reg._y_train_std[0])
+    return la.fit(X, y).predict(Xt, return_std=True)
+
 
 def evidence_run(X, y, tr, te, max_iter, refits=(False, True)):
     from unittest import mock

@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -45,33 +44,38 @@ from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import RESULTS, gaussian_scores, make_d8, peak_mb  # noqa: E402 (adds the checkout)
+from baselines import GPyTorchExactGPRegressor, sklearn_gpr  # noqa: E402
+
 N_TEST = 1000
 D = 8
 
 
 def make_data(n, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n + N_TEST, D))
-    f = (np.sin(1.5 * X[:, 0]) + 0.5 * np.cos(2 * X[:, 1]) + 0.5 * X[:, 2] * X[:, 3]
-         + 0.3 * X[:, 4] ** 2 - 0.4 * np.abs(X[:, 5]) + 0.2 * X[:, 6])
-    y = f + 0.2 * rng.normal(size=f.shape)
-    X = (X - X[:n].mean(0)) / X[:n].std(0)
-    return X[:n], y[:n], X[n:], y[n:]
+    """``_harness.make_d8`` with 1,000 test rows."""
+    return make_d8(n, N_TEST, seed)
 
 
-def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def gaussian_nll(y, mean, std):
-    return float(np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y - mean) / std) ** 2))
+def _gaussian_run(model, X, y, Xt, yt):
+    """Fit and predict times, peak memory above the start, test NLL and RMSE of a model
+    with ``predict(return_std=True)``."""
+    base = peak_mb()
+    t0 = time.perf_counter()
+    model.fit(X, y)
+    fit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mean, std = model.predict(Xt, return_std=True)
+    pred_s = time.perf_counter() - t0
+    score = gaussian_scores(yt, mean, std, what=("nlpd", "rmse"))
+    return dict(fit_s=fit_s, predict_s=pred_s, peak_mb=peak_mb() - base, nll=score["nlpd"],
+                rmse=score["rmse"])
 
 
 # --------------------------------------------------------------------------- single runs
 def run_stp(X, y, Xt, yt, **params):
     from skbnngp import StudentTProcessRegressor
+    from skbnngp.metrics import nlpd
     base = peak_mb()
     t0 = time.perf_counter()
     reg = StudentTProcessRegressor(random_state=0, device="cpu", **params).fit(X, y)
@@ -80,70 +84,18 @@ def run_stp(X, y, Xt, yt, **params):
     dist = reg.predict_dist(Xt)
     pred_s = time.perf_counter() - t0
     return dict(fit_s=fit_s, predict_s=pred_s, peak_mb=peak_mb() - base,
-                nll=float(-np.mean(dist.logpdf(yt))),
+                nll=float(nlpd(yt, dist)),
                 rmse=float(np.sqrt(np.mean((dist.mean() - yt) ** 2))),
                 n_iter=reg.n_iter_, df=reg.df_,
                 hyperparameters=reg.hyperparameters_)
 
 
 def run_sklearn(X, y, Xt, yt):
-    from sklearn.gaussian_process import GaussianProcessRegressor
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
-    base = peak_mb()
-    kernel = ConstantKernel() * RBF(length_scale=np.ones(X.shape[1])) + WhiteKernel()
-    t0 = time.perf_counter()
-    gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True, random_state=0).fit(X, y)
-    fit_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    mean, std = gpr.predict(Xt, return_std=True)
-    pred_s = time.perf_counter() - t0
-    return dict(fit_s=fit_s, predict_s=pred_s, peak_mb=peak_mb() - base,
-                nll=gaussian_nll(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))))
+    return _gaussian_run(sklearn_gpr(X.shape[1], random_state=0), X, y, Xt, yt)
 
 
 def run_gpytorch(X, y, Xt, yt, steps=50):
-    import gpytorch
-    import torch
-
-    base = peak_mb()
-    Xtr = torch.as_tensor(X)
-    ym, ys = y.mean(), y.std()
-    ytr = torch.as_tensor((y - ym) / ys)
-
-    class GP(gpytorch.models.ExactGP):
-        def __init__(self, Xtr, ytr, lik):
-            super().__init__(Xtr, ytr, lik)
-            self.mean_module = gpytorch.means.ConstantMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=Xtr.shape[1]))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
-
-    lik = gpytorch.likelihoods.GaussianLikelihood().double()
-    model = GP(Xtr, ytr, lik).double()
-    t0 = time.perf_counter()
-    model.train()
-    lik.train()
-    opt = torch.optim.Adam(model.parameters(), lr=0.1)
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = -mll(model(Xtr), ytr)
-        loss.backward()
-        opt.step()
-    fit_s = time.perf_counter() - t0
-    model.eval()
-    lik.eval()
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        pred = lik(model(torch.as_tensor(Xt)))
-        mean = pred.mean.numpy() * ys + ym
-        std = pred.variance.sqrt().numpy() * ys
-    pred_s = time.perf_counter() - t0
-    return dict(fit_s=fit_s, predict_s=pred_s, peak_mb=peak_mb() - base,
-                nll=gaussian_nll(yt, mean, std), rmse=float(np.sqrt(np.mean((mean - yt) ** 2))))
+    return _gaussian_run(GPyTorchExactGPRegressor(n_steps=steps), X, y, Xt, yt)
 
 
 def run_million(n_train=1000, n_rows=1_000_000):
@@ -237,8 +189,10 @@ def claim_data(n, scenario, seed):
     return X, y, Xt, yt
 
 
-def _claim_scores(dist_logpdf, lo, hi, yt):
-    return dict(nlpd=float(-np.mean(dist_logpdf)), coverage95=float(np.mean((yt >= lo) & (yt <= hi))))
+def _claim_scores(dist, yt):
+    from skbnngp.metrics import interval_coverage, nlpd
+
+    return dict(nlpd=float(nlpd(yt, dist)), coverage95=float(interval_coverage(yt, dist, 0.95)))
 
 
 def claim_models():
@@ -246,8 +200,6 @@ def claim_models():
     from unittest import mock
 
     from scipy import stats
-    from sklearn.gaussian_process import GaussianProcessRegressor
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
     import skbnngp._student_t as st
     from skbnngp import StudentTProcessRegressor
@@ -258,9 +210,7 @@ def claim_models():
             reg = StudentTProcessRegressor(random_state=0, device="cpu", **kw)
             with mock.patch.multiple(st, **settings) if settings else contextlib.nullcontext():
                 reg.fit(X, y)
-            dist = reg.predict_dist(Xt)
-            lo, hi = dist.interval(0.95)
-            out = _claim_scores(dist.logpdf(yt), lo, hi, yt)
+            out = _claim_scores(reg.predict_dist(Xt), yt)
             pdf = getattr(reg, "predictive_df_", np.inf)
             out.update(df=float(reg.df_), prior_shape=reg.hyperparameters_["prior_shape"],
                        predictive_df=float(reg.df_ if np.isinf(pdf) else pdf))
@@ -268,13 +218,9 @@ def claim_models():
         return run
 
     def sk(X, y, Xt, yt):
-        kernel = (ConstantKernel(1.0) * RBF(np.ones(X.shape[1]), (1e-2, 1e3))
-                  + WhiteKernel(0.1, (1e-6, 1e1)))
-        gp = GaussianProcessRegressor(kernel, normalize_y=True, random_state=0).fit(X, y)
-        m, sd = gp.predict(Xt, return_std=True)
-        dist = stats.norm(m, sd)
-        lo, hi = dist.interval(0.95)
-        return _claim_scores(dist.logpdf(yt), lo, hi, yt)
+        gp = sklearn_gpr(X.shape[1], length_scale_bounds=(1e-2, 1e3), noise_level=0.1,
+                         noise_level_bounds=(1e-6, 1e1), random_state=0).fit(X, y)
+        return _claim_scores(stats.norm(*gp.predict(Xt, return_std=True)), yt)
 
     return {
         "stp (a=2 fixed, default)": stp(),  # calibration="auto": the Student-t calibration

@@ -3,7 +3,7 @@
 The reference for the package's claims about regression uncertainty (issue 19, item 1).
 Every model is ``Pipeline([StandardScaler(), model])`` with its defaults (``device="cpu"``,
 ``random_state=0``); every model standardises y itself (the package's regressors and
-scikit-learn's GP by ``normalize_y=True``, the baselines below internally). Scores come from
+scikit-learn's GP by ``normalize_y=True``, the baselines (``baselines.py``) internally). Scores come from
 the predictive distribution, in the units of y (``skbnngp.compare``'s scoring): NLPD, CRPS,
 RMSE of the median, 90 % / 95 % central-interval coverage, mean 95 % interval width and the
 calibration error (mean |observed - nominal| over 19 central intervals).
@@ -97,27 +97,28 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (  # noqa: E402
-    with_settings,
     RESULTS,
-    GaussianMixture,
     fmt,
-    gaussian,
     git_commit,
     machine,
     mean_or_nan,
-    mlp,
     run_all,
     run_fit,
     task_id,
-    train_early_stopping,
     versions,
     warning_counts,
+    with_settings,
     write_results,
+)
+from baselines import (  # noqa: E402
+    DeepEnsembleRegressor,
+    LaplaceLastLayerRegressor,
+    SVGPRegressor,
+    sklearn_gpr,
 )
 
 REAL = ("diabetes", "concrete", "auto_mpg", "cpu_performance")
@@ -165,197 +166,11 @@ PUBLISHED_CONCRETE = {"MC dropout": "3.04 ± 0.02", "deep ensembles": "3.06 ± 0
 COVERAGE_OK = (0.92, 0.98)
 
 
-# ============================================================================ baselines
-class _TorchRegressor(RegressorMixin, BaseEstimator):
-    """Standardises y and holds float32 tensors for the network baselines."""
-
-    def _prepare(self, X, y):
-        import torch
-
-        self.y_mean_, self.y_scale_ = float(np.mean(y)), float(np.std(y)) or 1.0
-        Xt = torch.as_tensor(np.asarray(X, dtype=np.float32))
-        yt = torch.as_tensor(((y - self.y_mean_) / self.y_scale_).astype(np.float32))
-        return Xt, yt
-
-    def predict(self, X):
-        return self.predict_dist(X).mean()
-
-
-class DeepEnsembleRegressor(_TorchRegressor):
-    """``n_members`` MLPs with a Gaussian head each (mean, softplus variance), Gaussian NLL,
-    independent initialisations and shuffling; the predictive is their equal mixture."""
-
-    def __init__(self, n_members=5, hidden=(50, 50), max_epochs=1000, patience=50,
-                 random_state=0):
-        self.n_members = n_members
-        self.hidden = hidden
-        self.max_epochs = max_epochs
-        self.patience = patience
-        self.random_state = random_state
-
-    def fit(self, X, y):
-        import torch
-
-        Xt, yt = self._prepare(X, y)
-
-        def nll(out, target):
-            var = torch.nn.functional.softplus(out[:, 1]) + 1e-6
-            return torch.mean(0.5 * torch.log(var) + 0.5 * (target - out[:, 0]) ** 2 / var)
-
-        self.members_ = []
-        for k in range(self.n_members):
-            seed = self.random_state + 1000 * k
-            net, _ = train_early_stopping(mlp(X.shape[1], self.hidden, 2, seed), nll, Xt, yt,
-                                          seed=seed, max_epochs=self.max_epochs,
-                                          patience=self.patience)
-            self.members_.append(net)
-        return self
-
-    def predict_dist(self, X):
-        import torch
-
-        with torch.no_grad():
-            out = torch.stack([m(torch.as_tensor(np.asarray(X, dtype=np.float32)))
-                               for m in self.members_]).double().numpy()
-        loc = out[..., 0] * self.y_scale_ + self.y_mean_
-        scale = np.sqrt(np.logaddexp(0.0, out[..., 1]) + 1e-6) * self.y_scale_
-        return GaussianMixture(loc, scale)
-
-
-class LaplaceLastLayerRegressor(_TorchRegressor):
-    """laplace-torch's last-layer Laplace (full Hessian) on an MLP trained on MSE; the prior
-    precision and the noise maximise the Laplace marginal likelihood (Adam on their logs,
-    started from precision 1 and the training RMSE)."""
-
-    def __init__(self, hidden=(50, 50), n_hyper_steps=200, max_epochs=1000, patience=50,
-                 random_state=0):
-        self.hidden = hidden
-        self.n_hyper_steps = n_hyper_steps
-        self.max_epochs = max_epochs
-        self.patience = patience
-        self.random_state = random_state
-
-    def fit(self, X, y):
-        import torch
-        from laplace import Laplace
-
-        Xt, yt = self._prepare(X, y)
-        net, _ = train_early_stopping(
-            mlp(X.shape[1], self.hidden, 1, self.random_state),
-            lambda out, t: torch.mean((out[:, 0] - t) ** 2), Xt, yt, seed=self.random_state,
-            max_epochs=self.max_epochs, patience=self.patience)
-        with torch.no_grad():
-            rmse = float(torch.sqrt(torch.mean((net(Xt)[:, 0] - yt) ** 2)))
-        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(Xt, yt[:, None]),
-                                             batch_size=256)
-        la = Laplace(net, "regression", subset_of_weights="last_layer",
-                     hessian_structure="full", sigma_noise=max(rmse, 1e-3))
-        la.fit(loader)
-        log_prior = torch.zeros(1, requires_grad=True)
-        log_sigma = torch.tensor([math.log(max(rmse, 1e-3))], requires_grad=True)
-        opt = torch.optim.Adam([log_prior, log_sigma], lr=0.1)
-        for _ in range(self.n_hyper_steps):
-            opt.zero_grad()
-            (-la.log_marginal_likelihood(log_prior.exp(), log_sigma.exp())).backward()
-            opt.step()
-        la.prior_precision = log_prior.detach().exp()
-        la.sigma_noise = log_sigma.detach().exp()
-        self.laplace_ = la
-        self.prior_precision_ = float(la.prior_precision)
-        self.noise_std_ = float(la.sigma_noise) * self.y_scale_
-        return self
-
-    def predict_dist(self, X):
-        import torch
-
-        with torch.no_grad():
-            f_mu, f_var = self.laplace_(torch.as_tensor(np.asarray(X, dtype=np.float32)),
-                                        pred_type="glm")
-        var = f_var.reshape(len(X)).double().numpy() + float(self.laplace_.sigma_noise) ** 2
-        return gaussian(f_mu.reshape(len(X)).double().numpy() * self.y_scale_ + self.y_mean_,
-                        np.sqrt(var) * self.y_scale_)
-
-
-class SVGPRegressor(_TorchRegressor):
-    """GPyTorch's stochastic variational GP (Hensman et al. 2013): ``n_inducing`` learned
-    inducing points (started at a random subset of rows), scaled ARD RBF kernel, Gaussian
-    likelihood, Adam on the ELBO for ``n_steps`` mini-batch steps, float64."""
-
-    def __init__(self, n_inducing=500, batch_size=1024, n_steps=2000, lr=0.01, random_state=0):
-        self.n_inducing = n_inducing
-        self.batch_size = batch_size
-        self.n_steps = n_steps
-        self.lr = lr
-        self.random_state = random_state
-
-    def fit(self, X, y):
-        import gpytorch
-        import torch
-
-        torch.manual_seed(self.random_state)
-        Xt = torch.as_tensor(np.asarray(X, dtype=np.float64))
-        self.y_mean_, self.y_scale_ = float(np.mean(y)), float(np.std(y)) or 1.0
-        yt = torch.as_tensor((y - self.y_mean_) / self.y_scale_)
-        rng = np.random.RandomState(self.random_state)
-        z = Xt[rng.choice(len(X), min(self.n_inducing, len(X)), replace=False)].clone()
-
-        class Model(gpytorch.models.ApproximateGP):
-            def __init__(self):
-                dist = gpytorch.variational.CholeskyVariationalDistribution(z.shape[0])
-                strat = gpytorch.variational.VariationalStrategy(
-                    self, z, dist, learn_inducing_locations=True)
-                super().__init__(strat)
-                self.mean_module = gpytorch.means.ConstantMean()
-                self.covar_module = gpytorch.kernels.ScaleKernel(
-                    gpytorch.kernels.RBFKernel(ard_num_dims=X.shape[1]))
-
-            def forward(self, x):
-                return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                                 self.covar_module(x))
-
-        model, lik = Model().double(), gpytorch.likelihoods.GaussianLikelihood().double()
-        mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=len(X))
-        opt = torch.optim.Adam(list(model.parameters()) + list(lik.parameters()), lr=self.lr)
-        model.train()
-        lik.train()
-        gen = torch.Generator().manual_seed(self.random_state)
-        step = 0
-        while step < self.n_steps:
-            perm = torch.randperm(len(X), generator=gen)
-            for start in range(0, len(X), self.batch_size):
-                idx = perm[start:start + self.batch_size]
-                opt.zero_grad()
-                (-mll(model(Xt[idx]), yt[idx])).backward()
-                opt.step()
-                step += 1
-                if step >= self.n_steps:
-                    break
-        model.eval()
-        lik.eval()
-        self.model_, self.likelihood_ = model, lik
-        return self
-
-    def predict_dist(self, X):
-        import gpytorch
-        import torch
-
-        Xt = torch.as_tensor(np.asarray(X, dtype=np.float64))
-        means, variances = [], []
-        with torch.no_grad(), gpytorch.settings.fast_pred_var():
-            for start in range(0, len(X), 2048):
-                pred = self.likelihood_(self.model_(Xt[start:start + 2048]))
-                means.append(pred.mean.numpy())
-                variances.append(pred.variance.numpy())
-        return gaussian(np.concatenate(means) * self.y_scale_ + self.y_mean_,
-                        np.sqrt(np.concatenate(variances)) * self.y_scale_)
-
-
 def make_model(name, n_features, quick=False, seed=0):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
     import skbnngp
-    from skbnngp.compare._registry import _sklearn_gpr
 
     common = {"device": "cpu", "random_state": seed}
     model = {
@@ -383,7 +198,7 @@ def make_model(name, n_features, quick=False, seed=0):
         "bll": lambda: skbnngp.RichBLLRegressor(uncertainty="bll", **common),
         "bll_nocal": lambda: skbnngp.RichBLLRegressor(uncertainty="bll", calibration=None,
                                                       **common),
-        "gpr": lambda: _sklearn_gpr(n_features),
+        "gpr": lambda: sklearn_gpr(n_features),
         "svgp": lambda: (SVGPRegressor(n_inducing=100, n_steps=300) if quick
                          else SVGPRegressor()),
         "laplace": lambda: (LaplaceLastLayerRegressor(n_hyper_steps=100, max_epochs=200,

@@ -3,7 +3,8 @@
 Closed-form predictives are returned as scipy.stats frozen distributions
 (:func:`scipy.stats.norm`, :func:`scipy.stats.t`). A scale mixture of Gaussians (importance
 sampling or quadrature over a scale prior) is returned as :class:`ScaleMixtureNormal`, which
-offers the same methods.
+offers the same methods. :class:`NormalMixture` is the equal-weight mixture of Gaussians with
+their own locations and scales, the predictive of a deep ensemble.
 """
 
 from __future__ import annotations
@@ -141,4 +142,88 @@ class ScaleMixtureNormal:
                 f"effective_sample_size={self.effective_sample_size:.1f})")
 
 
-__all__ = ["ScaleMixtureNormal"]
+class NormalMixture:
+    """Equal-weight mixture ``(1/k) sum_j N(loc_j, scale_j**2)`` per point.
+
+    The predictive of an ensemble of ``k`` Gaussian predictors (a deep ensemble), with the
+    methods :mod:`skbnngp.metrics` reads. ``cdf`` and ``logpdf`` broadcast leading axes of
+    their argument against the batch shape; ``ppf`` is found by bisection.
+
+    Parameters
+    ----------
+    loc : array-like of shape (n_components, ...)
+        Location of each component at each point.
+    scale : array-like, broadcastable to ``loc``'s shape
+        Standard deviation of each component (> 0).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbnngp.distributions import NormalMixture
+    >>> d = NormalMixture(np.array([[-1.0], [1.0]]), np.ones((2, 1)))
+    >>> d.mean(), d.std()
+    (array([0.]), array([1.41421356]))
+    """
+
+    def __init__(self, loc, scale):
+        self.loc = np.atleast_2d(np.asarray(loc, dtype=np.float64))
+        self.scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), self.loc.shape)
+        if np.any(~(self.scale > 0)):
+            raise ValueError("scale must be > 0.")
+
+    @property
+    def shape(self):
+        return self.loc.shape[1:]
+
+    def _standardised(self, z):
+        z = np.asarray(z, dtype=np.float64)
+        z = np.broadcast_to(z, np.broadcast_shapes(z.shape, self.shape))
+        extra = (1,) * (z.ndim - len(self.shape))
+        loc = self.loc.reshape((self.loc.shape[0],) + extra + self.shape)
+        scale = self.scale.reshape(loc.shape)
+        return (z[None] - loc) / scale, scale
+
+    def logpdf(self, z):
+        u, scale = self._standardised(z)
+        comp = -0.5 * u**2 - 0.5 * np.log(2 * np.pi) - np.log(scale)
+        return special.logsumexp(comp, axis=0) - np.log(self.loc.shape[0])
+
+    def pdf(self, z):
+        return np.exp(self.logpdf(z))
+
+    def cdf(self, z):
+        u, _ = self._standardised(z)
+        return np.mean(special.ndtr(u), axis=0)
+
+    def ppf(self, q, n_iter=80):
+        """Quantiles by bisection on the cdf, between the components' 40-sd bounds."""
+        q = np.broadcast_to(np.asarray(q, dtype=np.float64), self.shape)
+        lo = np.min(self.loc - 40 * self.scale, axis=0)
+        hi = np.max(self.loc + 40 * self.scale, axis=0)
+        for _ in range(n_iter):
+            mid = 0.5 * (lo + hi)
+            below = self.cdf(mid) < q
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return 0.5 * (lo + hi)
+
+    def interval(self, confidence):
+        """Central interval holding ``confidence`` probability mass."""
+        return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
+
+    def median(self):
+        return self.ppf(0.5)
+
+    def mean(self):
+        return self.loc.mean(axis=0)
+
+    def var(self):
+        return np.mean(self.scale**2 + self.loc**2, axis=0) - self.mean() ** 2
+
+    def std(self):
+        return np.sqrt(self.var())
+
+    def __repr__(self):
+        return f"NormalMixture(shape={self.shape}, n_components={self.loc.shape[0]})"
+
+
+__all__ = ["NormalMixture", "ScaleMixtureNormal"]

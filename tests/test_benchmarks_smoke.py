@@ -1,6 +1,6 @@
 """Smoke tests of the benchmark harnesses (benchmarks/bench_uncertainty.py and
-bench_classification.py): the mixture predictive they score is a distribution, and one tiny
-run of each script produces its report with fast models."""
+bench_classification.py, bench_gpu.py's CPU path): one tiny run of each script produces its
+report with fast models; the shared baselines match ``skbnngp compare``'s."""
 
 import importlib
 import json
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -23,29 +22,20 @@ def harness():
         sys.path.remove(str(BENCH))
 
 
-def test_mixture_of_one_is_the_gaussian(harness):
-    loc, scale = np.array([0.0, 1.0, -2.0]), np.array([1.0, 0.5, 3.0])
-    mix, ref = harness.GaussianMixture(loc[None], scale[None]), stats.norm(loc, scale)
-    z = np.array([[0.3, 1.2, -7.0], [-1.0, 0.0, 2.0]])
-    np.testing.assert_allclose(mix.logpdf(z), ref.logpdf(z), rtol=1e-12)
-    np.testing.assert_allclose(mix.cdf(z), ref.cdf(z), rtol=1e-12)
-    for q in (0.025, 0.5, 0.95):
-        np.testing.assert_allclose(mix.ppf(q), ref.ppf(q), atol=1e-9)
-    np.testing.assert_allclose(mix.std(), scale, rtol=1e-12)
+def test_baselines_gp_factories_are_compares_and_extras_fail_with_a_skip_message(harness):
+    """At its defaults the sklearn GP baseline is ``skbnngp compare``'s reference GP (the
+    same kernel and settings); a missing extra names the skipped baseline and its install."""
+    baselines = importlib.import_module("baselines")
+    from skbnngp.compare._registry import _sklearn_gpc, _sklearn_gpr
 
-
-def test_mixture_moments_and_quantiles(harness):
-    rng = np.random.RandomState(0)
-    loc, scale = rng.normal(size=(5, 4)), rng.uniform(0.2, 2.0, size=(5, 4))
-    mix = harness.GaussianMixture(loc, scale)
-    np.testing.assert_allclose(mix.mean(), loc.mean(0))
-    np.testing.assert_allclose(mix.var(), (scale**2 + loc**2).mean(0) - loc.mean(0) ** 2)
-    lo, hi = mix.interval(0.9)
-    np.testing.assert_allclose(mix.cdf(hi) - mix.cdf(lo), 0.9, atol=1e-9)
-    # the density integrates to one
-    grid = np.linspace(-15, 15, 20001)[:, None]
-    np.testing.assert_allclose(np.trapezoid(mix.pdf(grid), grid[:, 0], axis=0), 1.0,
-                               atol=1e-6)
+    for ours, theirs in ((baselines.sklearn_gpr(3), _sklearn_gpr(3)),
+                         (baselines.sklearn_gpc(3), _sklearn_gpc(3)),
+                         (baselines.sklearn_gpc(64), _sklearn_gpc(64))):
+        assert repr(ours.kernel) == repr(theirs.kernel)
+        assert {k: v for k, v in ours.get_params(deep=False).items() if k != "kernel"} \
+            == {k: v for k, v in theirs.get_params(deep=False).items() if k != "kernel"}
+    with pytest.raises(ImportError, match="GPyTorch SVGP skipped: no_such_extra is not "):
+        baselines.require("no_such_extra", "GPyTorch SVGP")
 
 
 def test_uncertainty_script_tiny_run(harness, tmp_path):

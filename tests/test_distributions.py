@@ -1,10 +1,11 @@
-"""ScaleMixtureNormal: the predictive of sampled/quadrature scale priors."""
+"""ScaleMixtureNormal (the predictive of sampled/quadrature scale priors) and NormalMixture
+(the predictive of an ensemble of Gaussians)."""
 
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from skbnngp.distributions import ScaleMixtureNormal
+from skbnngp.distributions import NormalMixture, ScaleMixtureNormal
 
 
 @pytest.fixture
@@ -58,3 +59,36 @@ def test_validation():
         d.ppf(np.array([1.5]))
     with pytest.raises(ValueError, match="confidence"):
         d.interval(2.0)
+
+
+def test_normal_mixture_of_one_is_the_gaussian():
+    loc, scale = np.array([0.0, 1.0, -2.0]), np.array([1.0, 0.5, 3.0])
+    mix, ref = NormalMixture(loc[None], scale[None]), stats.norm(loc, scale)
+    z = np.array([[0.3, 1.2, -7.0], [-1.0, 0.0, 2.0]])  # a leading axis broadcasts
+    np.testing.assert_allclose(mix.logpdf(z), ref.logpdf(z), rtol=1e-12)
+    np.testing.assert_allclose(mix.cdf(z), ref.cdf(z), rtol=1e-12)
+    for q in (0.025, 0.5, 0.95):
+        np.testing.assert_allclose(mix.ppf(q), ref.ppf(q), atol=1e-9)
+    np.testing.assert_allclose(mix.std(), scale, rtol=1e-12)
+
+
+def test_normal_mixture_moments_quantiles_and_density():
+    rng = np.random.RandomState(0)
+    loc, scale = rng.normal(size=(5, 4)), rng.uniform(0.2, 2.0, size=(5, 4))
+    mix = NormalMixture(loc, scale)
+    np.testing.assert_allclose(mix.mean(), loc.mean(0))
+    np.testing.assert_allclose(mix.var(), (scale**2 + loc**2).mean(0) - loc.mean(0) ** 2)
+    lo, hi = mix.interval(0.9)
+    np.testing.assert_allclose(mix.cdf(hi) - mix.cdf(lo), 0.9, atol=1e-9)
+    np.testing.assert_allclose(mix.cdf(mix.median()), 0.5, atol=1e-9)
+    y = np.array([0.3, -1.0, 2.0, 0.0])
+    ref = np.mean(stats.norm.pdf(y, loc, scale), axis=0)
+    np.testing.assert_allclose(mix.pdf(y), ref, rtol=1e-12)
+    grid = np.linspace(-15, 15, 20001)[:, None]
+    np.testing.assert_allclose(np.trapezoid(mix.pdf(grid), grid[:, 0], axis=0), 1.0,
+                               atol=1e-6)
+
+
+def test_normal_mixture_rejects_a_non_positive_scale():
+    with pytest.raises(ValueError, match="scale"):
+        NormalMixture(np.zeros((2, 3)), np.array([1.0, 0.0, 1.0]))
