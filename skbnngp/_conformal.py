@@ -102,7 +102,7 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         Rows of the training set the scores belong to.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen during fit, when ``X`` has string column names.
 
     See Also
