@@ -220,6 +220,13 @@ def test_conformal_clone_and_pickle_keep_the_intervals():
     assert not hasattr(fresh, "estimators_") and fresh.get_params()["cv"] == 3
 
 
+def test_conformal_wraps_a_student_t_process_by_default():
+    X, y = _data(n=40)
+    reg = ConformalRegressor(random_state=0).fit(X, y)
+    assert type(reg.estimators_[0]) is StudentTProcessRegressor
+    assert reg.estimator is None  # fit leaves the parameter as given
+
+
 def test_conformal_refuses_folds_that_do_not_partition_the_rows():
     X, y = _data(n=40)
     with pytest.raises(ValueError, match="cv"):
