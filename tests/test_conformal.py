@@ -124,8 +124,9 @@ def test_split_conformal_coverage_is_its_exact_finite_sample_value():
     """For continuous scores, the split interval at level c covers a new row with
     probability exactly (k_u - k_l) / (n + 1) >= c (k_l, k_u its ranks), however badly the
     model's own intervals cover: 600 random splits, each with a new calibration set and 100
-    new rows, so the mean coverage has a standard error near 0.002 (Beta spread of each
-    split's coverage at n = 49); the tolerance is 4 of them."""
+    new rows. A split's coverage spreads by about 0.066 at c = 0.8 (its Beta law at n = 49
+    plus the 100 test rows; measured over 3,000 splits), so the mean's standard error is
+    at most 0.0027 and the tolerance, 0.01, is over 3.5 of them."""
     rng = np.random.default_rng(0)
     n_train, n_cal, reps = 50, 49, 600
     levels = np.array([0.8, 0.9, 0.95])
@@ -141,7 +142,7 @@ def test_split_conformal_coverage_is_its_exact_finite_sample_value():
     k_u = np.ceil((n_cal + 1) * (1 + levels) / 2 - 1e-9)
     exact = (k_u - k_l) / (n_cal + 1)
     assert np.all(exact >= levels)
-    np.testing.assert_allclose(covered.mean(axis=0), exact, atol=4 * 0.0025)
+    np.testing.assert_allclose(covered.mean(axis=0), exact, atol=0.01)
     assert own.mean() < 0.3  # the wrapped model's own 80 % intervals: far too narrow
 
 
