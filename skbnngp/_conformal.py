@@ -10,6 +10,7 @@ distribution of ``m(x) + s(x) * score_i`` over the calibration rows
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -18,7 +19,7 @@ from sklearn.model_selection import check_cv, train_test_split
 from sklearn.utils import _safe_indexing, check_array, get_tags
 from sklearn.utils.validation import _num_samples, check_consistent_length, indexable
 
-from ._intervals import central_intervals
+from ._intervals import central_intervals, check_confidence
 from .distributions import ConformalPredictiveDistribution
 from .utils._sklearn_compat import (
     HasMethods,
@@ -278,7 +279,18 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             (n_samples, n_levels) or (n_samples, n_targets, n_levels). A bound is infinite
             where the level needs more calibration rows (``c > 1 - 2 / (n + 1)``).
         """
-        return central_intervals(self.predict_dist(X), confidence)
+        levels, _ = check_confidence(confidence)
+        dist = self.predict_dist(X)
+        n = dist.n_points
+        short = levels[np.ceil((n + 1) * (1 + levels) / 2 - 1e-9) > n]
+        if short.size:
+            need = int(np.ceil(2 / (1 - short.max()) - 1 - 1e-9))
+            warnings.warn(
+                f"{type(self).__name__}: {n} calibration scores cannot bound a central "
+                f"{short.max():g} interval (it needs {need}), so its bounds are infinite; "
+                "use more rows, a larger calibration_size or method='cv+'.",
+                UserWarning, stacklevel=2)
+        return central_intervals(dist, confidence)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

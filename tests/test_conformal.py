@@ -221,6 +221,16 @@ def test_conformal_clone_and_pickle_keep_the_intervals():
     assert not hasattr(fresh, "estimators_") and fresh.get_params()["cv"] == 3
 
 
+def test_conformal_warns_when_a_level_needs_more_calibration_rows():
+    X, y = _data(n=80)
+    reg = ConformalRegressor(OverconfidentLine(), calibration_size=20, random_state=0)
+    reg.fit(X, y)
+    with pytest.warns(UserWarning, match="20 calibration scores .* 0.95 .* needs 39"):
+        lo, hi = reg.predict_interval(X[:3], confidence=[0.9, 0.95])
+    assert np.all(np.isfinite(lo[:, 0])) and np.all(lo[:, 1] == -np.inf)
+    assert np.all(hi[:, 1] == np.inf)
+
+
 def test_conformal_wraps_a_student_t_process_by_default():
     X, y = _data(n=40)
     reg = ConformalRegressor(random_state=0).fit(X, y)
