@@ -15,6 +15,7 @@ _ESTIMATORS = {
     "DBKRegressor": "._dbk",
     "RichBLLRegressor": "._rich_bll",
     "FiDGPClassifier": "._fidgp",
+    "ConformalRegressor": "._conformal",
 }
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "DBKRegressor",
     "RichBLLRegressor",
     "FiDGPClassifier",
+    "ConformalRegressor",
     "__version__",
 ]
 
@@ -38,7 +40,7 @@ def __getattr__(name):
         globals()[name] = value
         return value
     if name in {"kernels", "metrics", "datasets", "distributions", "exceptions", "utils",
-                "compare"}:
+                "compare", "model_selection"}:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'skbnngp' has no attribute {name!r}")
 

@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._backend import as_tensor, iter_slices, leave_group_out, stable_cholesky, to_numpy
 from ._base import check_predict_params, duplicate_groups, plain, weighted_median
 from ._calibration import fit_variance_calibration, near_noiseless
+from ._intervals import central_intervals
 from ._scale_mixture import Mixing
 from .exceptions import HeavyTailWarning, NumericalWarning
 from .utils._sklearn_compat import validate_data
@@ -49,7 +50,8 @@ PREDICT_BLOCK_ROWS = 8192
 
 
 class RegressorPredictiveMixin:
-    """``predict``, ``predict_std``, ``predict_dist`` and ``sample_y`` of a regressor.
+    """``predict``, ``predict_std``, ``predict_dist``, ``predict_interval`` and ``sample_y``
+    of a regressor.
 
     The path is the same for every regressor: validate ``X`` -> scale it with the fitted
     input scaling -> latent moments (the subclass) -> multiply by ``calibration_factor_`` ->
@@ -350,6 +352,30 @@ n_targets), optional
         std = np.sqrt(np.asarray(V, dtype=np.float64))[:, None] * self._target_std()[None, :]
         std = self._check_finite(std[:, 0] if self._y_1d else std, "std")
         return self._predictive_dist(loc, std)
+
+    def predict_interval(self, X, confidence=0.9):
+        """Central predictive intervals of y at ``X``, at one level or several.
+
+        The bounds are the ``(1 - c) / 2`` and ``(1 + c) / 2`` quantiles of
+        :meth:`predict_dist` (``predict_dist(X).interval(c)``), so they inherit its fitted
+        calibration; for a finite-sample coverage guarantee wrap the estimator in
+        :class:`~skbnngp.ConformalRegressor`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        confidence : float in (0, 1) or sequence of floats in (0, 1), default=0.9
+            Probability mass of each central interval; 0.9 is a common reporting level
+            that the held-out calibration estimates well.
+
+        Returns
+        -------
+        lower, upper : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            For one level. For a sequence of ``n_levels`` levels, a trailing axis is added:
+            (n_samples, n_levels) or (n_samples, n_targets, n_levels), the levels in the
+            order given (as MAPIE's trailing confidence-level axis).
+        """
+        return central_intervals(self.predict_dist(X), confidence)
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw joint samples from the predictive at ``X`` (noise included by default).

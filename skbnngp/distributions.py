@@ -226,4 +226,173 @@ class NormalMixture:
         return f"NormalMixture(shape={self.shape}, n_components={self.loc.shape[0]})"
 
 
-__all__ = ["NormalMixture", "ScaleMixtureNormal"]
+class ConformalPredictiveDistribution:
+    """Conformal predictive distribution: the empirical distribution of candidate values.
+
+    Each batch entry holds ``n`` candidate values ``p_1 <= ... <= p_n`` (a location plus its
+    predictive scale times a calibration row's signed normalised residual), each of mass
+    ``1 / (n + 1)``, and ``1 / (2 (n + 1))`` at each of ``-inf`` and ``+inf``: the
+    conformal predictive system of Vovk et al. (2017), returned by
+    :meth:`skbnngp.ConformalRegressor.predict_dist`.
+
+    Quantiles round outward from the median (``ppf(q)`` is ``p_k`` with
+    ``k = ceil((n + 1) q)`` for ``q >= 1/2`` and ``k = floor((n + 1) q)`` below, ``+-inf``
+    outside ``1..n``), so that for exchangeable calibration rows each tail of the central
+    interval ``interval(c)`` holds at most ``(1 - c) / 2`` of the new targets: its coverage
+    is at least ``c`` in finite samples. The cdf is a step function, so there is no density
+    (``logpdf``); score it with the CRPS or the interval metrics.
+
+    Parameters
+    ----------
+    points : ndarray of shape batch_shape + (n,)
+        Candidate values of each batch entry (sorted here along the last axis).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbnngp.distributions import ConformalPredictiveDistribution
+    >>> d = ConformalPredictiveDistribution(np.arange(1.0, 40.0)[None, :])
+    >>> d.interval(0.9)
+    (array([2.]), array([38.]))
+    """
+
+    def __init__(self, points):
+        points = np.asarray(points, dtype=float)
+        if points.ndim < 1 or points.shape[-1] == 0 or np.any(np.isnan(points)):
+            raise ValueError("points must be a non-empty array without NaN, its last axis "
+                             "holding each entry's candidate values.")
+        self.points = np.sort(points, axis=-1)
+
+    @property
+    def shape(self):
+        return self.points.shape[:-1]
+
+    @property
+    def n_points(self):
+        return self.points.shape[-1]
+
+    def _at_rank(self, k):
+        """``p_k`` (1-based ranks of ``self.shape``; ``-inf`` below 1, ``+inf`` above n)."""
+        n = self.n_points
+        idx = np.clip(k, 1, n).astype(np.intp) - 1
+        out = np.take_along_axis(self.points, idx[..., None], axis=-1)[..., 0]
+        return np.where(k < 1, -np.inf, np.where(k > n, np.inf, out))
+
+    def ppf(self, q):
+        """Quantiles, rounded outward from the median (see the class notes)."""
+        q = np.broadcast_to(np.asarray(q, dtype=float), self.shape)
+        if np.any(np.isnan(q) | (q < 0) | (q > 1)):
+            raise ValueError("q must lie in [0, 1].")
+        m = (self.n_points + 1) * q
+        # a hair of tolerance: (n + 1) * (k / (n + 1)) must give rank k, not k + 1
+        k = np.where(q >= 0.5, np.ceil(m - 1e-9), np.floor(m + 1e-9))
+        return self._at_rank(k)
+
+    def interval(self, confidence):
+        """Central interval ``[ppf((1 - c) / 2), ppf((1 + c) / 2)]`` of coverage >= c."""
+        if not 0 <= confidence <= 1:
+            raise ValueError("confidence must lie in [0, 1].")
+        return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
+
+    def cdf(self, y):
+        """``(#{p_i <= y} + 1/2) / (n + 1)``."""
+        y = np.broadcast_to(np.asarray(y, dtype=float), self.shape)
+        below = np.sum(self.points <= y[..., None], axis=-1)
+        return (below + 0.5) / (self.n_points + 1)
+
+    def median(self):
+        return self.ppf(0.5)
+
+    def mean(self):
+        """Mean of the candidate values (the infinite tails' mass left out)."""
+        return self.points.mean(axis=-1)
+
+    def std(self):
+        """Standard deviation of the candidate values (the infinite tails' mass left out)."""
+        return self.points.std(axis=-1)
+
+    def rvs(self, size=None, random_state=None):
+        """Draws of shape ``size + shape`` among the candidate values (uniformly)."""
+        rng = check_random_state(random_state)
+        lead = () if size is None else ((size,) if np.isscalar(size) else tuple(size))
+        idx = rng.randint(self.n_points, size=lead + self.shape)
+        return np.take_along_axis(
+            np.broadcast_to(self.points, lead + self.points.shape), idx[..., None],
+            axis=-1)[..., 0]
+
+    def __repr__(self):
+        return f"ConformalPredictiveDistribution(shape={self.shape}, n_points={self.n_points})"
+
+
+class OutOfFoldDistribution:
+    """Row-wise union of predictive distributions, each serving its own rows.
+
+    Returned by :func:`skbnngp.model_selection.cross_val_predict_dist` when the folds'
+    predictives cannot be merged into one scipy object (different families, or a
+    :class:`ScaleMixtureNormal` per fold): entry ``i`` is answered by the distribution of
+    the fold that held row ``i`` out.
+
+    Parameters
+    ----------
+    parts : list of frozen distributions
+        Each of batch shape ``(len(rows[k]),)`` or ``(len(rows[k]), n_targets)``.
+    rows : list of ndarray of int
+        The rows each part answers; together a partition of ``range(n_samples)``.
+    """
+
+    def __init__(self, parts, rows):
+        if len(parts) != len(rows) or not parts:
+            raise ValueError("parts and rows must be non-empty lists of equal length.")
+        self.parts = list(parts)
+        self.rows = [np.asarray(r, dtype=np.intp) for r in rows]
+        n = sum(r.size for r in self.rows)
+        if not np.array_equal(np.sort(np.concatenate(self.rows)), np.arange(n)):
+            raise ValueError("rows must partition range(n_samples).")
+        tail = np.shape(self.parts[0].mean())[1:]
+        self._shape = (n,) + tuple(tail)
+
+    @property
+    def shape(self):
+        return self._shape
+
+    def _gather(self, method, *args, arg=None):
+        out = np.empty(self._shape)
+        if arg is not None:
+            arg = np.broadcast_to(np.asarray(arg, dtype=float), self._shape)
+        for part, rows in zip(self.parts, self.rows):
+            fn = getattr(part, method)
+            out[rows] = fn(*args) if arg is None else fn(arg[rows], *args)
+        return out
+
+    def cdf(self, y):
+        return self._gather("cdf", arg=y)
+
+    def logpdf(self, y):
+        return self._gather("logpdf", arg=y)
+
+    def pdf(self, y):
+        return self._gather("pdf", arg=y)
+
+    def ppf(self, q):
+        return self._gather("ppf", arg=q)
+
+    def interval(self, confidence):
+        if not 0 <= confidence <= 1:
+            raise ValueError("confidence must lie in [0, 1].")
+        return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
+
+    def mean(self):
+        return self._gather("mean")
+
+    def median(self):
+        return self._gather("median")
+
+    def std(self):
+        return self._gather("std")
+
+    def __repr__(self):
+        return f"OutOfFoldDistribution(shape={self._shape}, n_parts={len(self.parts)})"
+
+
+__all__ = ["ConformalPredictiveDistribution", "NormalMixture", "OutOfFoldDistribution",
+           "ScaleMixtureNormal"]

@@ -8,6 +8,7 @@ attribute is expected to pass every check.
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from skbnngp import ConformalRegressor, StudentTProcessRegressor
 from skbnngp.utils import all_estimators
 
 from .conftest import EXTRA, FAST
@@ -20,6 +21,10 @@ def _instances():
         yield Est(**FAST.get(name, {}))
         for params in EXTRA.get(name, []):
             yield Est(**params)
+    # the meta-estimator, around a fast model, by each of its methods
+    fast = StudentTProcessRegressor(**FAST["StudentTProcessRegressor"])
+    yield ConformalRegressor(fast, random_state=0)
+    yield ConformalRegressor(fast, method="cv+", cv=3)
 
 
 def _expected_failed_checks(estimator):

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 #: The predict-time methods, with the arguments they are called with (whichever exist).
 CALLS = [
     ("predict", {}), ("predict", {"return_std": True}), ("predict", {"return_cov": True}),
-    ("predict_std", {}), ("predict_dist", {}), ("sample_y", {"n_samples": 2}),
+    ("predict_std", {}), ("predict_dist", {}), ("predict_interval", {}),
+    ("sample_y", {"n_samples": 2}),
     ("log_marginal_likelihood", {}), ("predict_proba", {}), ("predict_log_proba", {}),
     ("decision_function", {}), ("predict_margin", {}), ("predict_uncertainty", {}),
     ("sample_proba", {}), ("ood_score", {}),

@@ -2,16 +2,19 @@
 
 import inspect
 
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, MetaEstimatorMixin
 
 
-def all_estimators(type_filter=None):
+def all_estimators(type_filter=None, *, include_meta=False):
     """List ``(name, class)`` of every public estimator exported by :mod:`skbnngp`.
 
     Parameters
     ----------
     type_filter : {"regressor", "classifier"} or None
         Keep only that kind.
+    include_meta : bool, default=False
+        Also list the meta-estimators (``ConformalRegressor``), which wrap the others and
+        have no model of their own (no ``device``, no default fit worth comparing).
 
     Returns
     -------
@@ -23,6 +26,8 @@ def all_estimators(type_filter=None):
     for name in skbnngp.__all__:
         obj = getattr(skbnngp, name)
         if inspect.isclass(obj) and issubclass(obj, BaseEstimator):
+            if issubclass(obj, MetaEstimatorMixin) and not include_meta:
+                continue
             kind = getattr(obj, "_estimator_type", None)
             if kind is None:
                 tags = obj().__sklearn_tags__()

@@ -1,0 +1,274 @@
+"""Intervals at any level: ``predict_interval`` on every regressor, ``ConformalRegressor``
+(split and CV+ conformal predictive distributions) and out-of-fold predictives (issue 50)."""
+
+import pickle
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.model_selection import GridSearchCV, KFold, ShuffleSplit
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skbnngp import ConformalRegressor, StudentTProcessRegressor
+from skbnngp.distributions import ConformalPredictiveDistribution, OutOfFoldDistribution
+from skbnngp.metrics import get_scorer, interval_coverage, predictive_response
+from skbnngp.model_selection import cross_val_predict_dist
+from skbnngp.utils import all_estimators
+
+from .conftest import FAST
+
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+class OverconfidentLine(RegressorMixin, BaseEstimator):
+    """Least-squares line with a Gaussian predictive ``shrink`` times too narrow: a model
+    whose own intervals badly under-cover, and that fits in microseconds (Monte Carlo)."""
+
+    def __init__(self, shrink=0.05):
+        self.shrink = shrink
+
+    def fit(self, X, y):
+        A = np.column_stack([np.ones(len(X)), X])
+        self.coef_ = np.linalg.lstsq(A, y, rcond=None)[0]
+        return self
+
+    def predict(self, X):
+        return np.column_stack([np.ones(len(X)), X]) @ self.coef_
+
+    def predict_dist(self, X):
+        mean, scale = self.predict(X), self.shrink * (np.abs(X[:, 0]) + 0.1)
+        return stats.norm(mean, scale if mean.ndim == 1 else scale[:, None])
+
+
+def _heteroscedastic(rng, n):
+    """y = 2x + (|x| + 0.1) t_3 noise: heavy tails whose spread the toy's scale tracks."""
+    X = rng.uniform(-1, 1, size=(n, 1))
+    return X, 2 * X[:, 0] + (np.abs(X[:, 0]) + 0.1) * rng.standard_t(3, size=n)
+
+
+def _fast(name):
+    return dict(FAST[name])
+
+
+def _data(n=60, n_targets=None, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
+    return X, (y if n_targets is None else np.column_stack([y * (k + 1) for k in
+                                                            range(n_targets)]))
+
+
+# ============================================================== predict_interval (mixin)
+@pytest.mark.parametrize("name, Est", all_estimators("regressor"))
+def test_predict_interval_is_the_predictive_interval_at_each_level(name, Est):
+    X, y = _data()
+    reg = Est(**_fast(name)).fit(X, y)
+    dist = reg.predict_dist(X[:7])
+    lo, hi = reg.predict_interval(X[:7])  # default 0.9
+    np.testing.assert_allclose((lo, hi), dist.interval(0.9), rtol=1e-12)
+    lo3, hi3 = reg.predict_interval(X[:7], confidence=[0.5, 0.8, 0.95])
+    assert lo3.shape == hi3.shape == (7, 3)
+    for k, level in enumerate([0.5, 0.8, 0.95]):
+        np.testing.assert_allclose((lo3[:, k], hi3[:, k]), dist.interval(level), rtol=1e-12)
+    # nested: a higher level gives a wider interval
+    assert np.all(np.diff(lo3, axis=1) < 0) and np.all(np.diff(hi3, axis=1) > 0)
+
+
+def test_predict_interval_shapes_for_several_targets():
+    X, Y = _data(n_targets=2)
+    reg = StudentTProcessRegressor(**_fast("StudentTProcessRegressor")).fit(X, Y)
+    assert reg.predict_interval(X[:5])[0].shape == (5, 2)
+    lo, hi = reg.predict_interval(X[:5], confidence=(0.5, 0.9, 0.99))
+    assert lo.shape == hi.shape == (5, 2, 3)
+    np.testing.assert_allclose(hi[:, :, 1], reg.predict_dist(X[:5]).interval(0.9)[1])
+
+
+@pytest.mark.parametrize("bad", [0, 1, 1.5, -0.1, np.nan, "0.9", [], [0.5, 1.0], [[0.9]],
+                                 True, None])
+def test_predict_interval_rejects_a_bad_confidence_naming_it(bad):
+    X, y = _data(n=30)
+    reg = StudentTProcessRegressor(max_iter=3).fit(X, y)
+    with pytest.raises(ValueError, match="confidence"):
+        reg.predict_interval(X[:2], confidence=bad)
+
+
+def test_a_zero_scale_predictive_gives_a_point_interval():
+    from skbnngp._intervals import central_intervals
+
+    lo, hi = central_intervals(stats.norm(np.array([1.0, 2.0]), np.array([0.0, 1.0])), 0.9)
+    assert lo[0] == hi[0] == 1.0
+    np.testing.assert_allclose(hi[1], 2 + stats.norm.ppf(0.95))
+
+
+# ============================================================== conformal distribution
+def test_conformal_distribution_takes_the_conservative_ranks():
+    n = 39  # (n + 1) (1 +- c) / 2 = 2 and 38 at c = 0.9
+    d = ConformalPredictiveDistribution(np.arange(n, 0, -1.0)[None, :])  # sorted here
+    for c in (0.5, 0.8, 0.9, 0.93):
+        lo, hi = d.interval(c)
+        assert lo[0] == np.floor((n + 1) * (1 - c) / 2 + 1e-9)
+        assert hi[0] == np.ceil((n + 1) * (1 + c) / 2 - 1e-9)
+    lo, hi = d.interval(0.96)  # needs rank 40 > n: the level needs more calibration rows
+    assert lo[0] == -np.inf and hi[0] == np.inf
+    y = np.linspace(-2, 45, 200)
+    cdf = np.array([d.cdf(v)[0] for v in y])
+    assert np.all(np.diff(cdf) >= 0) and cdf[0] == 0.5 / 40 and cdf[-1] == 39.5 / 40
+    q = np.linspace(0.01, 0.99, 50)
+    assert np.all(np.diff([d.ppf(v)[0] for v in q]) >= 0)
+
+
+# ============================================================== coverage (Monte Carlo)
+def test_split_conformal_coverage_is_its_exact_finite_sample_value():
+    """For continuous scores, the split interval at level c covers a new row with
+    probability exactly (k_u - k_l) / (n + 1) >= c (k_l, k_u its ranks), however badly the
+    model's own intervals cover: 600 random splits, each with a new calibration set and 100
+    new rows. A split's coverage spreads by about 0.066 at c = 0.8 (its Beta law at n = 49
+    plus the 100 test rows; measured over 3,000 splits), so the mean's standard error is
+    at most 0.0027 and the tolerance, 0.01, is over 3.5 of them."""
+    rng = np.random.default_rng(0)
+    n_train, n_cal, reps = 50, 49, 600
+    levels = np.array([0.8, 0.9, 0.95])
+    covered, own = np.zeros((reps, 3)), np.zeros(reps)
+    for r in range(reps):
+        X, y = _heteroscedastic(rng, n_train + n_cal + 100)
+        reg = ConformalRegressor(OverconfidentLine(), calibration_size=n_cal,
+                                 random_state=r).fit(X[:n_train + n_cal], y[:n_train + n_cal])
+        lo, hi = reg.predict_interval(X[-100:], confidence=levels)
+        covered[r] = np.mean((y[-100:, None] >= lo) & (y[-100:, None] <= hi), axis=0)
+        own[r] = interval_coverage(y[-100:], reg.estimators_[0].predict_dist(X[-100:]), 0.8)
+    k_l = np.floor((n_cal + 1) * (1 - levels) / 2 + 1e-9)
+    k_u = np.ceil((n_cal + 1) * (1 + levels) / 2 - 1e-9)
+    exact = (k_u - k_l) / (n_cal + 1)
+    assert np.all(exact >= levels)
+    np.testing.assert_allclose(covered.mean(axis=0), exact, atol=0.01)
+    assert own.mean() < 0.3  # the wrapped model's own 80 % intervals: far too narrow
+
+
+def test_cv_plus_covers_the_nominal_level_in_practice():
+    """CV+ guarantees 2c - 1; on exchangeable data it covers about c. 300 random data sets
+    of 80 rows (5 folds), 100 new rows each: standard error near 0.003 at c = 0.9."""
+    rng = np.random.default_rng(1)
+    levels = np.array([0.8, 0.9, 0.95])
+    covered = np.zeros((300, 3))
+    for r in range(300):
+        X, y = _heteroscedastic(rng, 180)
+        reg = ConformalRegressor(OverconfidentLine(), method="cv+").fit(X[:80], y[:80])
+        lo, hi = reg.predict_interval(X[80:], confidence=levels)
+        covered[r] = np.mean((y[80:, None] >= lo) & (y[80:, None] <= hi), axis=0)
+    assert np.all(covered.mean(axis=0) >= levels - 0.015), covered.mean(axis=0)
+    assert np.all(covered.mean(axis=0) <= levels + 0.04), covered.mean(axis=0)  # not vacuous
+
+
+def test_split_conformal_around_the_student_t_process_covers():
+    """The real path (a Student-t process's predictive, 3 targets of different scales) on
+    12 random splits of 120 rows: each target's mean coverage of 90 % intervals is at least
+    0.9 up to 3 standard errors (about 0.09 / sqrt(12 x ...) ~ 0.03 with 30 calibration
+    rows each: tolerance 0.06)."""
+    rng = np.random.default_rng(2)
+    cover = []
+    for r in range(12):
+        X = rng.normal(size=(170, 2))
+        f = np.sin(2 * X[:, 0])
+        Y = np.column_stack([f + s * rng.standard_t(3, size=170) for s in (0.05, 0.3, 1.0)])
+        reg = ConformalRegressor(StudentTProcessRegressor(**_fast("StudentTProcessRegressor")),
+                                 calibration_size=30, random_state=r).fit(X[:120], Y[:120])
+        lo, hi = reg.predict_interval(X[120:], 0.9)
+        assert lo.shape == (50, 3)
+        cover.append(np.mean((Y[120:] >= lo) & (Y[120:] <= hi), axis=0))
+    assert np.all(np.mean(cover, axis=0) >= 0.9 - 0.06), np.mean(cover, axis=0)
+
+
+# ============================================================== meta-estimator contract
+def test_conformal_shapes_and_predict_dist():
+    X, Y = _data(n=80, n_targets=2)
+    for method in ("split", "cv+"):
+        reg = ConformalRegressor(OverconfidentLine(), method=method, random_state=0).fit(X, Y)
+        n_cal = 20 if method == "split" else 80
+        assert reg.conformity_scores_.shape == (n_cal, 2)
+        dist = reg.predict_dist(X[:4])
+        assert dist.shape == (4, 2) and dist.n_points == n_cal
+        assert reg.predict(X[:4]).shape == (4, 2)
+        lo, hi = reg.predict_interval(X[:4], [0.5, 0.9])
+        assert lo.shape == hi.shape == (4, 2, 2)
+        np.testing.assert_array_equal(lo[..., 1], dist.interval(0.9)[0])
+
+
+def test_conformal_with_a_pipeline_inside_and_around_and_a_grid_search():
+    X, y = _data(n=90)
+    X = X * [1.0, 100.0]
+    inner = make_pipeline(StandardScaler(), StudentTProcessRegressor(max_iter=10))
+    reg = ConformalRegressor(inner, random_state=0).fit(X, y)
+    assert np.all(np.isfinite(reg.predict_interval(X[:5], 0.8)))
+    outer = make_pipeline(StandardScaler(), ConformalRegressor(OverconfidentLine(),
+                                                               method="cv+", cv=3))
+    dist = predictive_response(outer.fit(X, y), X[:5])
+    assert isinstance(dist, ConformalPredictiveDistribution)
+    search = GridSearchCV(ConformalRegressor(OverconfidentLine(), random_state=0),
+                          {"calibration_size": [0.3, 0.5]}, cv=3,
+                          scoring=get_scorer("neg_coverage_error_90")).fit(X, y)
+    assert search.best_params_["calibration_size"] in (0.3, 0.5)
+    assert search.predict(X[:3]).shape == (3,)
+
+
+def test_conformal_clone_and_pickle_keep_the_intervals():
+    X, y = _data(n=60)
+    reg = ConformalRegressor(StudentTProcessRegressor(max_iter=5), method="cv+", cv=3).fit(X, y)
+    again = pickle.loads(pickle.dumps(reg))
+    np.testing.assert_array_equal(again.predict_interval(X[:5]), reg.predict_interval(X[:5]))
+    fresh = clone(reg)
+    assert not hasattr(fresh, "estimators_") and fresh.get_params()["cv"] == 3
+
+
+def test_conformal_warns_when_a_level_needs_more_calibration_rows():
+    X, y = _data(n=80)
+    reg = ConformalRegressor(OverconfidentLine(), calibration_size=20, random_state=0)
+    reg.fit(X, y)
+    with pytest.warns(UserWarning, match="20 calibration scores .* 0.95 .* needs 39"):
+        lo, hi = reg.predict_interval(X[:3], confidence=[0.9, 0.95])
+    assert np.all(np.isfinite(lo[:, 0])) and np.all(lo[:, 1] == -np.inf)
+    assert np.all(hi[:, 1] == np.inf)
+
+
+def test_conformal_wraps_a_student_t_process_by_default():
+    X, y = _data(n=40)
+    reg = ConformalRegressor(random_state=0).fit(X, y)
+    assert type(reg.estimators_[0]) is StudentTProcessRegressor
+    assert reg.estimator is None  # fit leaves the parameter as given
+
+
+def test_conformal_refuses_folds_that_do_not_partition_the_rows():
+    X, y = _data(n=40)
+    with pytest.raises(ValueError, match="cv"):
+        ConformalRegressor(OverconfidentLine(), method="cv+",
+                           cv=ShuffleSplit(3, random_state=0)).fit(X, y)
+    with pytest.raises(TypeError, match="predict_dist"):
+        from sklearn.linear_model import LinearRegression
+        ConformalRegressor(LinearRegression()).fit(X, y)
+
+
+# ============================================================== out-of-fold predictives
+def test_cross_val_predict_dist_is_each_folds_predictive():
+    X, y = _data(n=60)
+    est = StudentTProcessRegressor(**_fast("StudentTProcessRegressor"))
+    cv = KFold(3, shuffle=True, random_state=0)
+    dist = cross_val_predict_dist(est, X, y, cv=cv)
+    assert dist.mean().shape == (60,)
+    for train, test in cv.split(X):
+        own = clone(est).fit(X[train], y[train]).predict_dist(X[test])
+        np.testing.assert_allclose(dist.mean()[test], own.mean(), rtol=1e-10)
+        np.testing.assert_allclose(dist.interval(0.9)[1][test], own.interval(0.9)[1],
+                                   rtol=1e-10)
+
+
+def test_out_of_fold_distribution_answers_each_row_with_its_part():
+    parts = [stats.norm(np.zeros(2), 1.0), stats.t(3, loc=np.ones(3), scale=2.0)]
+    rows = [np.array([0, 3]), np.array([1, 2, 4])]
+    d = OutOfFoldDistribution(parts, rows)
+    y = np.arange(5.0)
+    np.testing.assert_allclose(d.cdf(y)[[0, 3]], stats.norm.cdf([0.0, 3.0]))
+    np.testing.assert_allclose(d.cdf(y)[[1, 2, 4]], stats.t.cdf([1.0, 2.0, 4.0], 3, 1, 2))
+    np.testing.assert_allclose(d.interval(0.9)[1][[1, 2, 4]], 1 + 2 * stats.t.ppf(0.95, 3))
+    with pytest.raises(ValueError, match="partition"):
+        OutOfFoldDistribution(parts, [np.array([0, 1]), np.array([1, 2, 4])])
