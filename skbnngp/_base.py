@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import (minimize, resolve_device, resolve_dtype,
                        to_numpy)
+from ._backend._threads import dense_work, low_rank_work, network_work, use_threads
 from ._backend._train import mlp_from_state, mlp_to_state
 from .exceptions import DeviceWarning
 from .utils._sklearn_compat import Interval, StrOptions, validate_parameter_constraints
@@ -282,13 +283,75 @@ def user_network(estimator, factory_args, n_features, device, dtype):
 
 def transactional(fit):
     """Decorator: run ``fit`` inside :func:`fit_transaction`, so that an exception or an
-    interruption leaves the estimator as it was before the call."""
+    interruption leaves the estimator as it was before the call, and with the intra-op
+    threads :func:`thread_work` calls for (torch's setting is restored after)."""
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
-        with fit_transaction(self):
+        X = args[0] if args else kwargs.get("X")
+        with fit_transaction(self), use_threads(thread_work(self, X, fit=True)):
             return fit(self, *args, **kwargs)
     return wrapper
+
+
+def threaded(method):
+    """Decorator for a prediction method ``method(self, X, ...)``: run it with the intra-op
+    threads :func:`thread_work` calls for (torch's setting is restored after)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        X = args[0] if args else kwargs.get("X")
+        with use_threads(thread_work(self, X, fit=False)):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+#: Rows a prediction evaluates at once (the predictive's row blocks).
+_PREDICT_ROWS = 8192
+
+
+def _shape(X):
+    """``(n_rows, n_columns)`` of an array-like without converting it; None if unknown."""
+    shape = getattr(X, "shape", None)
+    try:
+        if shape is not None and len(shape) == 2:
+            return int(shape[0]), int(shape[1])
+        return len(X), len(X[0])
+    except (TypeError, IndexError, KeyError):
+        return None
+
+
+def thread_work(estimator, X, fit):
+    """Flops of the largest repeated operation of ``estimator.fit(X)`` (``fit=True``) or of a
+    prediction at ``X``: what :func:`~._backend._threads.choose_threads` sizes the threads by.
+
+    A network estimator (one with ``hidden_layer_sizes``) repeats a training step on
+    ``batch_size`` rows (256 when the batch size is chosen automatically); a Nystrom model
+    an ``n x n_anchors`` solve; any other model an ``n x n`` Cholesky (``n`` training rows).
+    A prediction evaluates row blocks of up to 8,192 rows against the same model. An input of
+    unknown shape counts as no work (one thread).
+    """
+    shape = _shape(X)
+    if shape is None:
+        return 0.0
+    rows, d = shape
+    params = estimator.get_params(deep=False)
+    train = vars(estimator).get("X_train_")  # a size hint only; None before fit
+    n = rows if fit or train is None else int(np.shape(train)[0])
+    query = rows if fit else min(rows, _PREDICT_ROWS)
+    if "hidden_layer_sizes" in params:
+        try:
+            hidden = tuple(int(h) for h in params["hidden_layer_sizes"])
+        except (TypeError, ValueError):
+            hidden = ()
+        batch = params.get("batch_size")
+        batch = batch if isinstance(batch, numbers.Integral) else 256
+        return network_work(min(batch, rows) if fit else query, (d, *hidden, 1))
+    if params.get("approx") == "nystrom":
+        rank = params.get("n_anchors")
+        rank = rank if isinstance(rank, numbers.Integral) else 512
+        return low_rank_work(query, min(rank, n))
+    return dense_work(n) if fit else query * n * n / 3.0
 
 
 def check_fitted_state(name, state):

@@ -18,7 +18,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._backend import as_tensor, iter_slices, leave_group_out, stable_cholesky, to_numpy
-from ._base import check_predict_params, duplicate_groups, plain
+from ._base import check_predict_params, duplicate_groups, plain, threaded
 from ._calibration import fit_variance_calibration, near_noiseless
 from ._scale_mixture import Mixing
 from .exceptions import HeavyTailWarning, NumericalWarning
@@ -151,6 +151,7 @@ class RegressorPredictiveMixin:
         """Amplitude of each joint draw (1 for a Gaussian process; a scale mixture draws s)."""
         return self._mixing().sample(n_samples, rng)
 
+    @threaded
     def _latent(self, X, *, full_cov=False):
         """Calibrated normalised predictive mean (m x C) and variance (m,) or covariance
         (m x m) at the raw inputs ``X``."""
