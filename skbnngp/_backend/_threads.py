@@ -33,11 +33,10 @@ import torch
 ENV_VAR = "SKBNNGP_NUM_THREADS"
 
 #: Floating-point operations each thread must get from the largest operation of a call before
-#: that thread is worth its barrier: below ``2 *`` this one thread is used. Chosen from 1- vs
-#: 2-thread timings of Cholesky factors, matrix products and MLP training steps on a 2-core CPU
-#: (benchmarks/results/threads.md): a second thread did not pay below about 10^8 flops
-#: (a 700 x 700 Cholesky, a 2,000-row step of a 128-wide MLP) and lost up to 30x beside a
-#: busy process.
+#: that thread is worth its barrier: below ``2 *`` this, one thread is used. On a 2-core CPU a
+#: second thread lost on Cholesky factors and MLP training steps below about this size (a
+#: 700 x 700 Cholesky, a 2,000-row step of a 128-wide MLP) and lost up to a hundredfold
+#: beside busy processes (the measurements are in doc/whats_new.rst).
 MIN_WORK_PER_THREAD = 1e8
 
 
