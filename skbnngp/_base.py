@@ -284,24 +284,33 @@ def user_network(estimator, factory_args, n_features, device, dtype):
 def transactional(fit):
     """Decorator: run ``fit`` inside :func:`fit_transaction`, so that an exception or an
     interruption leaves the estimator as it was before the call, and with the intra-op
-    threads :func:`thread_work` calls for (torch's setting is restored after)."""
+    threads its work calls for (:func:`fit_work`; torch's setting is restored after). A
+    successful fit keeps the work of one prediction row as ``_row_work`` (what
+    :func:`threaded` sizes predictions by)."""
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         X = args[0] if args else kwargs.get("X")
-        with fit_transaction(self), use_threads(thread_work(self, X, fit=True)):
-            return fit(self, *args, **kwargs)
+        rows, row_work = fit_work(self, X)
+        with fit_transaction(self), use_threads(rows * row_work):
+            out = fit(self, *args, **kwargs)
+            self._row_work = row_work
+            return out
     return wrapper
 
 
 def threaded(method):
     """Decorator for a prediction method ``method(self, X, ...)``: run it with the intra-op
-    threads :func:`thread_work` calls for (torch's setting is restored after)."""
+    threads its row blocks (up to 8,192 rows) call for, from the ``_row_work`` that ``fit``
+    kept (torch's setting is restored after). Reads no constructor parameter, which may have
+    changed since ``fit``."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        X = args[0] if args else kwargs.get("X")
-        with use_threads(thread_work(self, X, fit=False)):
+        shape = _shape(args[0] if args else kwargs.get("X"))
+        rows = min(shape[0], _PREDICT_ROWS) if shape is not None else 0
+        # a model unpickled from a version without _row_work predicts on one thread
+        with use_threads(rows * vars(self).get("_row_work", 0.0)):
             return method(self, *args, **kwargs)
     return wrapper
 
@@ -321,24 +330,22 @@ def _shape(X):
         return None
 
 
-def thread_work(estimator, X, fit):
-    """Flops of the largest repeated operation of ``estimator.fit(X)`` (``fit=True``) or of a
-    prediction at ``X``: what :func:`~._backend._threads.choose_threads` sizes the threads by.
+def fit_work(estimator, X):
+    """``(rows, row_work)``: the largest repeated operation of ``estimator.fit(X)`` costs
+    ``rows * row_work`` flops, and a prediction ``row_work`` per row. What
+    :func:`~._backend._threads.choose_threads` sizes the threads by.
 
     A network estimator (one with ``hidden_layer_sizes``) repeats a training step on
-    ``batch_size`` rows (256 when the batch size is chosen automatically); a Nystrom model
-    an ``n x n_anchors`` solve; any other model an ``n x n`` Cholesky (``n`` training rows).
-    A prediction evaluates row blocks of up to 8,192 rows against the same model. An input of
-    unknown shape counts as no work (one thread).
+    ``batch_size`` rows (256 when the batch size is chosen automatically) at a forward and
+    backward pass per row; a Nystrom model an ``n x n_anchors`` solve (``n_anchors^2`` per
+    row); any other model an ``n x n`` Cholesky (``n^2 / 3`` per row, ``n`` training rows).
+    An input of unknown shape counts as no work (one thread).
     """
     shape = _shape(X)
     if shape is None:
-        return 0.0
-    rows, d = shape
+        return 0, 0.0
+    n, d = shape
     params = estimator.get_params(deep=False)
-    train = vars(estimator).get("X_train_")  # a size hint only; None before fit
-    n = rows if fit or train is None else int(np.shape(train)[0])
-    query = rows if fit else min(rows, _PREDICT_ROWS)
     if "hidden_layer_sizes" in params:
         try:
             hidden = tuple(int(h) for h in params["hidden_layer_sizes"])
@@ -346,12 +353,12 @@ def thread_work(estimator, X, fit):
             hidden = ()
         batch = params.get("batch_size")
         batch = batch if isinstance(batch, numbers.Integral) else 256
-        return network_work(min(batch, rows) if fit else query, (d, *hidden, 1))
+        return min(batch, n), network_work(1, (d, *hidden, 1))
     if params.get("approx") == "nystrom":
         rank = params.get("n_anchors")
         rank = rank if isinstance(rank, numbers.Integral) else 512
-        return low_rank_work(query, min(rank, n))
-    return dense_work(n) if fit else query * n * n / 3.0
+        return n, low_rank_work(1, min(rank, n))
+    return n, dense_work(n) / max(n, 1)
 
 
 def check_fitted_state(name, state):

@@ -30,6 +30,9 @@ ESTIMATORS = all_estimators()
 NAMES = [name for name, _ in ESTIMATORS]
 
 
+_real = _base.use_threads
+
+
 @pytest.fixture
 def watch_threads(monkeypatch):
     """The thread counts torch had inside each fit/prediction scope (recorded on entry)."""
@@ -118,20 +121,37 @@ def test_environment_variable_sets_threads_and_results_agree(Est, torch_threads,
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6, atol=1e-9)
 
 
-def test_thread_work_measures_the_largest_operation():
+def _work(est, X):
+    rows, row_work = _base.fit_work(est, X)
+    return rows * row_work
+
+
+def test_fit_work_measures_the_largest_operation():
     """The policy's input: an exact GP's fit is an n x n Cholesky, a network's a training step
-    on ``batch_size`` rows, a Nystrom model's an n x rank solve; a prediction is sized by its
-    row block against the training rows."""
+    on ``batch_size`` rows, a Nystrom model's an n x rank solve."""
     X = np.zeros((300, 4))
-    assert _base.thread_work(StudentTProcessRegressor(), X, fit=True) == dense_work(300)
-    assert _base.thread_work(RichBLLRegressor(), X, fit=True) == network_work(32, (4, 50, 50, 1))
-    assert _base.thread_work(RichBLLRegressor(batch_size=1000), X, fit=True) \
-        == network_work(300, (4, 50, 50, 1))
-    assert _base.thread_work(MixedActivationGPRegressor(n_anchors=20), X, fit=True) \
-        == low_rank_work(300, 20)
-    assert _base.thread_work(StudentTProcessRegressor(), [[0.0] * 4] * 10, fit=True) \
-        == dense_work(10)
-    assert _base.thread_work(StudentTProcessRegressor(), object(), fit=True) == 0.0
-    est = StudentTProcessRegressor()
-    est.X_train_ = np.zeros((50, 4))
-    assert _base.thread_work(est, np.zeros((10**5, 4)), fit=False) == 8192 * 50 * 50 / 3
+    assert _work(StudentTProcessRegressor(), X) == pytest.approx(dense_work(300))
+    assert _work(RichBLLRegressor(), X) == network_work(32, (4, 50, 50, 1))
+    assert _work(RichBLLRegressor(batch_size=1000), X) == network_work(300, (4, 50, 50, 1))
+    assert _work(MixedActivationGPRegressor(n_anchors=20), X) == low_rank_work(300, 20)
+    assert _work(StudentTProcessRegressor(), [[0.0] * 4] * 10) == pytest.approx(dense_work(10))
+    assert _work(StudentTProcessRegressor(), object()) == 0.0
+
+
+def test_prediction_work_comes_from_the_fit(monkeypatch):
+    """A prediction is sized by the row work ``fit`` kept (not by parameters changed since),
+    in row blocks of at most 8,192 rows."""
+    works = []
+
+    def recording(work):
+        works.append(work)
+        return _real(work)
+
+    monkeypatch.setattr(_base, "use_threads", recording)
+    X, y = _data("StudentTProcessRegressor")
+    est = StudentTProcessRegressor(max_iter=2, device="cpu").fit(X, y)
+    assert est._row_work == pytest.approx(X.shape[0] ** 2 / 3)
+    works.clear()
+    est.set_params(max_iter=-1)  # invalid, and never read at predict time
+    est.predict(np.zeros((10**4, X.shape[1])))
+    assert works == [pytest.approx(8192 * X.shape[0] ** 2 / 3)]
