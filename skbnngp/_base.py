@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import (minimize, resolve_device, resolve_dtype,
                        to_numpy)
+from ._backend._threads import dense_work, low_rank_work, network_work, use_threads
 from ._backend._train import mlp_from_state, mlp_to_state
 from .exceptions import DeviceWarning
 from .utils._sklearn_compat import Interval, StrOptions, validate_parameter_constraints
@@ -345,13 +346,82 @@ def user_network(estimator, factory_args, n_features, device, dtype):
 
 def transactional(fit):
     """Decorator: run ``fit`` inside :func:`fit_transaction`, so that an exception or an
-    interruption leaves the estimator as it was before the call."""
+    interruption leaves the estimator as it was before the call, and with the intra-op
+    threads its work calls for (:func:`fit_work`; torch's setting is restored after). A
+    successful fit keeps the work of one prediction row as ``_row_work`` (what
+    :func:`threaded` sizes predictions by)."""
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
-        with fit_transaction(self):
-            return fit(self, *args, **kwargs)
+        X = args[0] if args else kwargs.get("X")
+        rows, row_work = fit_work(self, X)
+        with fit_transaction(self), use_threads(rows * row_work):
+            out = fit(self, *args, **kwargs)
+            self._row_work = row_work
+            return out
     return wrapper
+
+
+def threaded(method):
+    """Decorator for a prediction method ``method(self, X, ...)``: run it with the intra-op
+    threads its row blocks (up to 8,192 rows) call for, from the ``_row_work`` that ``fit``
+    kept (torch's setting is restored after). Reads no constructor parameter, which may have
+    changed since ``fit``."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        shape = _shape(args[0] if args else kwargs.get("X"))
+        rows = min(shape[0], _PREDICT_ROWS) if shape is not None else 0
+        # a model unpickled from a version without _row_work predicts on one thread
+        with use_threads(rows * vars(self).get("_row_work", 0.0)):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+#: Rows a prediction evaluates at once (the predictive's row blocks).
+_PREDICT_ROWS = 8192
+
+
+def _shape(X):
+    """``(n_rows, n_columns)`` of an array-like without converting it; None if unknown."""
+    shape = getattr(X, "shape", None)
+    try:
+        if shape is not None and len(shape) == 2:
+            return int(shape[0]), int(shape[1])
+        return len(X), len(X[0])
+    except (TypeError, IndexError, KeyError):
+        return None
+
+
+def fit_work(estimator, X):
+    """``(rows, row_work)``: the largest repeated operation of ``estimator.fit(X)`` costs
+    ``rows * row_work`` flops, and a prediction ``row_work`` per row. What
+    :func:`~._backend._threads.choose_threads` sizes the threads by.
+
+    A network estimator (one with ``hidden_layer_sizes``) repeats a training step on
+    ``batch_size`` rows (256 when the batch size is chosen automatically) at a forward and
+    backward pass per row; a Nystrom model an ``n x n_anchors`` solve (``n_anchors^2`` per
+    row); any other model an ``n x n`` Cholesky (``n^2 / 3`` per row, ``n`` training rows).
+    An input of unknown shape counts as no work (one thread).
+    """
+    shape = _shape(X)
+    if shape is None:
+        return 0, 0.0
+    n, d = shape
+    params = estimator.get_params(deep=False)
+    if "hidden_layer_sizes" in params:
+        try:
+            hidden = tuple(int(h) for h in params["hidden_layer_sizes"])
+        except (TypeError, ValueError):
+            hidden = ()
+        batch = params.get("batch_size")
+        batch = batch if isinstance(batch, numbers.Integral) else 256
+        return min(batch, n), network_work(1, (d, *hidden, 1))
+    if params.get("approx") == "nystrom":
+        rank = params.get("n_anchors")
+        rank = rank if isinstance(rank, numbers.Integral) else 512
+        return n, low_rank_work(1, min(rank, n))
+    return n, dense_work(n) / max(n, 1)
 
 
 def check_fitted_state(name, state):

@@ -23,7 +23,7 @@ from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_ba
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_class_labels, check_hidden_layer_sizes, check_predict_params,
-                    fit_input_scaling, plain, transactional, warn_training)
+                    fit_input_scaling, plain, threaded, transactional, warn_training)
 from ._calibration import CLASSIFIER_CALIBRATION
 from ._predictive import ClassifierPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -580,6 +580,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
                              "finite (X may lie far outside the training range); rescale X.")
         return probs
 
+    @threaded
     def sample_proba(self, X, n_samples=None, random_state=None):
         """Class probabilities under separate weight draws.
 
@@ -605,6 +606,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
             check_random_state(random_state).randint(np.iinfo(np.int32).max))
         return to_numpy(self._draw_probs(X, S, seed))
 
+    @threaded
     def predict_proba(self, X):
         """Class probabilities: the softmax averaged over ``n_predict_samples`` weight draws.
 
@@ -627,6 +629,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         p = to_numpy(probs)
         return p / p.sum(axis=1, keepdims=True)
 
+    @threaded
     def predict_uncertainty(self, X):
         """Predictive entropy and its split into expected entropy and mutual information.
 
@@ -646,6 +649,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         return entropy_split(
             to_numpy(self._draw_probs(X, self.n_predict_samples, self._predict_seed)))
 
+    @threaded
     def ood_score(self, X):
         """Out-of-distribution score (higher = less like the training data).
 

@@ -18,7 +18,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._backend import as_tensor, iter_slices, leave_group_out, stable_cholesky, to_numpy
-from ._base import check_predict_params, duplicate_groups, plain, weighted_median
+from ._base import check_predict_params, duplicate_groups, plain, threaded, weighted_median
 from ._calibration import fit_variance_calibration, near_noiseless
 from ._intervals import central_intervals
 from ._scale_mixture import Mixing
@@ -241,6 +241,7 @@ class RegressorPredictiveMixin:
         return np.stack([np.full(n_samples, s0) if math.isinf(d)
                          else s0 * d / rng.chisquare(d, size=n_samples) for d in df])
 
+    @threaded
     def _latent(self, X, *, full_cov=False):
         """Calibrated normalised predictive mean (m x C) and variance (m,) or covariance
         (m x m) at the raw inputs ``X``."""
