@@ -18,7 +18,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._backend import as_tensor, iter_slices, leave_group_out, stable_cholesky, to_numpy
-from ._base import check_predict_params, duplicate_groups, plain, threaded, weighted_median
+from ._base import (
+    check_predict_params,
+    duplicate_groups,
+    plain,
+    threaded,
+    weighted_median,
+)
 from ._calibration import fit_variance_calibration, near_noiseless
 from ._intervals import central_intervals
 from ._scale_mixture import Mixing
@@ -226,7 +232,7 @@ class RegressorPredictiveMixin:
         if not self._per_target() or np.all(np.isinf(self._target_dfs())):
             return self._mixing().predictive(loc, std=std)
         df, s0, model_df = self._per_target_t()
-        from scipy import stats  # noqa: PLC0415 - only a per-target calibration needs it
+        from scipy import stats
 
         return stats.t(df=np.where(np.isinf(df), model_df, df), loc=loc,
                        scale=math.sqrt(s0) * np.asarray(std))
