@@ -15,10 +15,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, iter_slices, make_generator,
                        to_numpy)
 from ._backend._calibration import fit_temperature
-from ._backend._fid_network import (PREDICT_ROWS, AnnealedELBO, build_network, draw_logits,
-                                    entropy_split, kl_factor, lambdas, network_from_state,
-                                    layer_shapes, mean_probs, network_kl, network_state,
-                                    tempered_softmax, train_batch_size)
+from ._backend._fid_network import (PREDICT_ROWS, AnnealedELBO, build_network,
+                                    check_network_state, draw_logits, entropy_split, kl_factor,
+                                    lambdas, layer_shapes, mean_probs, network_from_state,
+                                    network_kl, network_state, tempered_softmax,
+                                    train_batch_size)
 from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_bases
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
@@ -688,6 +689,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
     def __setstate__(self, state):
         super().__setstate__(state)
         if isinstance(self.__dict__.get("model_"), dict):
+            try:  # the plan's sizes against the saved weights, before anything is built
+                check_network_state(self.model_plan_, self.model_)
+            except ValueError as exc:
+                raise ValueError(f"{type(self).__name__}: {exc}") from None
             device, dtype = self.device_, self._dtype  # fitted, not the parameter
             self.model_ = network_from_state(self.model_plan_, self.model_, device,
                                              dtype).eval()
