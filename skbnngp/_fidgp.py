@@ -24,7 +24,7 @@ from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_ba
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_class_labels, check_hidden_layer_sizes, check_predict_params,
-                    fit_input_scaling, plain, transactional, warn_training)
+                    duplicate_groups, fit_input_scaling, plain, transactional, warn_training)
 from ._calibration import CLASSIFIER_CALIBRATION
 from ._predictive import ClassifierPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -371,7 +371,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self._graph_report = []
         calibration = self._calibration_for(y_idx, len(classes))
         if calibration == "temperature":
-            train, val = self._validation_split(y_idx, len(classes), int(seeds[3]))
+            train, val = self._validation_split(y_idx, len(classes), int(seeds[3]), X)
             # with refit=True, the held-out stage draws from a copy of the generator, so the
             # final network below is the very one calibration=None trains
             retrain = bool(self.refit) and self.refit != "warm"
@@ -435,19 +435,38 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self._record_network(net, X.shape[0])
         return net, Xt
 
-    def _validation_split(self, y_idx, n_classes, seed):
+    def _validation_split(self, y_idx, n_classes, seed, X=None):
         """Row indices (train, validation): stratified, at least one validation row per
-        class and one training row per class left."""
+        class and one training row per class left.
+
+        With ``X``, rows that repeat one input stay on one side where the class allows it (a
+        twin in training makes its held-out row look easy, and the temperature then sharpens
+        the probabilities); without repeated rows the split is the same as without ``X``.
+        """
         counts = np.bincount(y_idx, minlength=n_classes)
         if counts.min() < 2:
             raise ValueError("calibration='temperature' holds out a validation split and "
                              "needs at least 2 rows of every class; the smallest class has "
                              f"{int(counts.min())}. Set calibration=None.")
         rng = np.random.default_rng(seed)
+        unit = None
+        if X is not None and duplicate_groups(X):
+            _, unit = np.unique(np.asarray(X), axis=0, return_inverse=True)
+            unit = unit.ravel()
         val = []
         for c in range(n_classes):
             rows = rng.permutation(np.flatnonzero(y_idx == c))
             k = min(len(rows) - 1, max(1, round(self.validation_fraction * len(rows))))
+            if unit is not None:
+                # whole inputs (in the order their first row was drawn) until k rows are
+                # held out, keeping one input for training; else the rows as they are
+                order = unit[rows]
+                units, first, sizes = np.unique(order, return_index=True, return_counts=True)
+                drawn = np.argsort(first)
+                if units.size >= 2:
+                    n_held = np.searchsorted(np.cumsum(sizes[drawn][:-1]), k) + 1
+                    val.append(rows[np.isin(order, units[drawn][:n_held])])
+                    continue
             val.append(rows[:k])
         val = np.sort(np.concatenate(val))
         train = np.setdiff1d(np.arange(len(y_idx)), val)
