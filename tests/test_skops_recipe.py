@@ -278,6 +278,8 @@ def _fidgp_fitted():
     (lambda p: p.update(flow_length=5000), "the plan has 5000 flow steps"),
     (lambda p: p.update(flow_hidden=100000), "hyper.0.bias: plan"),
     (lambda p: p.update(shapes=[None]), "one per linear layer"),
+    (lambda p: p.update(shapes=[None, 7]), "inducing shape 7"),
+    (lambda p: p.update(widths="8"), "not a list of positive integers"),
 ])
 def test_fidgp_plan_is_checked_against_its_weights_before_building(edit, match, monkeypatch):
     """Issue 53 item 4: a FiD-GP file whose network plan asks for more than its weights hold

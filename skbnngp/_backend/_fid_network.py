@@ -148,7 +148,8 @@ def check_network_state(plan, state):
         if shapes[i] is None:
             expect = {f"layers.{i}.weight": (d_out, d_in - 1), f"layers.{i}.bias": (d_out,)}
         else:
-            if not (len(shapes[i]) == 2 and all(count(r) for r in shapes[i])
+            if not (isinstance(shapes[i], (list, tuple)) and len(shapes[i]) == 2
+                    and all(count(r) for r in shapes[i])
                     and shapes[i][0] <= d_out and shapes[i][1] <= d_in):
                 refuse(f"layer {i}'s inducing shape {shapes[i]!r} does not fit its "
                        f"{d_out} x {d_in} weights")
