@@ -24,7 +24,7 @@ from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_ba
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_class_labels, check_hidden_layer_sizes, check_predict_params,
-                    duplicate_groups, fit_input_scaling, plain, transactional, warn_training)
+                    fit_input_scaling, plain, transactional, warn_training)
 from ._calibration import CLASSIFIER_CALIBRATION
 from ._predictive import ClassifierPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -448,6 +448,8 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
             raise ValueError("calibration='temperature' holds out a validation split and "
                              "needs at least 2 rows of every class; the smallest class has "
                              f"{int(counts.min())}. Set calibration=None.")
+        from ._base import duplicate_groups
+
         rng = np.random.default_rng(seed)
         unit = None
         if X is not None and duplicate_groups(X):
