@@ -15,10 +15,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, iter_slices, make_generator,
                        to_numpy)
 from ._backend._calibration import fit_temperature
-from ._backend._fid_network import (PREDICT_ROWS, AnnealedELBO, build_network, draw_logits,
-                                    entropy_split, kl_factor, lambdas, network_from_state,
-                                    layer_shapes, mean_probs, network_kl, network_state,
-                                    tempered_softmax, train_batch_size)
+from ._backend._fid_network import (PREDICT_ROWS, AnnealedELBO, build_network,
+                                    check_network_state, draw_logits, entropy_split, kl_factor,
+                                    lambdas, layer_shapes, mean_probs, network_from_state,
+                                    network_kl, network_state, tempered_softmax,
+                                    train_batch_size)
 from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_bases
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
@@ -370,7 +371,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self._graph_report = []
         calibration = self._calibration_for(y_idx, len(classes))
         if calibration == "temperature":
-            train, val = self._validation_split(y_idx, len(classes), int(seeds[3]))
+            train, val = self._validation_split(y_idx, len(classes), int(seeds[3]), X)
             # with refit=True, the held-out stage draws from a copy of the generator, so the
             # final network below is the very one calibration=None trains
             retrain = bool(self.refit) and self.refit != "warm"
@@ -434,19 +435,40 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self._record_network(net, X.shape[0])
         return net, Xt
 
-    def _validation_split(self, y_idx, n_classes, seed):
+    def _validation_split(self, y_idx, n_classes, seed, X=None):
         """Row indices (train, validation): stratified, at least one validation row per
-        class and one training row per class left."""
+        class and one training row per class left.
+
+        With ``X``, rows that repeat one input stay on one side where the class allows it (a
+        twin in training makes its held-out row look easy, and the temperature then sharpens
+        the probabilities); without repeated rows the split is the same as without ``X``.
+        """
         counts = np.bincount(y_idx, minlength=n_classes)
         if counts.min() < 2:
             raise ValueError("calibration='temperature' holds out a validation split and "
                              "needs at least 2 rows of every class; the smallest class has "
                              f"{int(counts.min())}. Set calibration=None.")
+        from ._base import duplicate_groups
+
         rng = np.random.default_rng(seed)
+        unit = None
+        if X is not None and duplicate_groups(X):
+            _, unit = np.unique(np.asarray(X), axis=0, return_inverse=True)
+            unit = unit.ravel()
         val = []
         for c in range(n_classes):
             rows = rng.permutation(np.flatnonzero(y_idx == c))
             k = min(len(rows) - 1, max(1, round(self.validation_fraction * len(rows))))
+            if unit is not None:
+                # whole inputs (in the order their first row was drawn) until k rows are
+                # held out, keeping one input for training; else the rows as they are
+                order = unit[rows]
+                units, first, sizes = np.unique(order, return_index=True, return_counts=True)
+                drawn = np.argsort(first)
+                if units.size >= 2:
+                    n_held = np.searchsorted(np.cumsum(sizes[drawn][:-1]), k) + 1
+                    val.append(rows[np.isin(order, units[drawn][:n_held])])
+                    continue
             val.append(rows[:k])
         val = np.sort(np.concatenate(val))
         train = np.setdiff1d(np.arange(len(y_idx)), val)
@@ -692,6 +714,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
     def __setstate__(self, state):
         super().__setstate__(state)
         if isinstance(self.__dict__.get("model_"), dict):
+            try:  # the plan's sizes against the saved weights, before anything is built
+                check_network_state(self.model_plan_, self.model_)
+            except ValueError as exc:
+                raise ValueError(f"{type(self).__name__}: {exc}") from None
             device, dtype = self.device_, self._dtype  # fitted, not the parameter
             self.model_ = network_from_state(self.model_plan_, self.model_, device,
                                              dtype).eval()

@@ -257,3 +257,62 @@ def test_tampered_fitted_attributes_are_refused_naming_them(key, value, match):
     with pytest.raises(ValueError, match=match):
         StudentTProcessRegressor().__setstate__(state)
     pickle.loads(pickle.dumps(model))  # the untouched state loads
+
+
+def _fidgp_fitted():
+    """A tiny FiD-GP whose first layer is dense and whose second is an inducing layer with a
+    flow (both kinds of layer a plan describes)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return FiDGPClassifier(max_iter=2, hidden_layer_sizes=(8,), fid_layers=[1],
+                               device="cpu", random_state=0).fit(X, (X[:, 0] > 0).astype(int))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda p: p.update(widths=[2, 6000, 2]), "layers.0.weight: plan"),
+    (lambda p: p.update(widths=[6000, 8, 2]), "layers.0.weight: plan"),
+    (lambda p: p.update(shapes=[None, (2, 6001)]), "inducing shape"),
+    (lambda p: p.update(shapes=[None, (2, 5)]), "layers.1.z_col: plan"),
+    (lambda p: p.update(flow_length=5000), "the plan has 5000 flow steps"),
+    (lambda p: p.update(flow_hidden=100000), "hyper.0.bias: plan"),
+    (lambda p: p.update(shapes=[None]), "one per linear layer"),
+    (lambda p: p.update(shapes=[None, 7]), "inducing shape 7"),
+    (lambda p: p.update(widths="8"), "not a list of positive integers"),
+])
+def test_fidgp_plan_is_checked_against_its_weights_before_building(edit, match, monkeypatch):
+    """Issue 53 item 4: a FiD-GP file whose network plan asks for more than its weights hold
+    (6000-wide layers, a huge flow) is refused naming ``model_plan_`` before any layer is
+    built; the untouched state still loads."""
+    import pickle
+
+    from skbnngp._backend import _fid_network
+
+    model = _fidgp_fitted()
+    state = model.__getstate__()
+    state["model_plan_"] = plan = dict(state["model_plan_"])  # the model's own is shared
+    edit(plan)
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a network was built from an unchecked plan")
+
+    monkeypatch.setattr(_fid_network, "build_network", no_build)
+    with pytest.raises(ValueError, match=f"FiDGPClassifier: the saved model_plan_ .*{match}"):
+        FiDGPClassifier().__setstate__(state)
+    monkeypatch.undo()
+    pickle.loads(pickle.dumps(model))
+
+
+def test_fidgp_trusted_file_with_wide_layers_is_refused(tmp_path):
+    """The same through the skops recipe: a trusted-type file whose plan's hidden width reads
+    6000 over 8-wide weights fails to load with the ValueError (nothing of 6000 is built)."""
+    model = _fidgp_fitted()
+    files = _schema(sio.dumps(model))
+    schema = json.loads(files["schema.json"])
+    widths = schema["content"]["content"]["model_plan_"]["content"]["widths"]["content"]
+    assert widths[1]["content"] == "8"
+    widths[1].update(content="6000", __id__=1)  # its own id (skops memoises the 8s by id)
+    files["schema.json"] = json.dumps(schema)
+    with pytest.raises(ValueError, match="model_plan_ does not match the saved weights"):
+        sio.loads(_pack(files), trusted=skops_trusted_types())

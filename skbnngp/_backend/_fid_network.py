@@ -117,8 +117,63 @@ def network_state(net):
     return {k: to_numpy(v).copy() for k, v in net.state_dict().items()}
 
 
+def check_network_state(plan, state):
+    """Refuse a saved ``plan`` that asks for more than the saved weights ``state`` hold.
+
+    Every size the plan gives (the widths, each layer's inducing shape ``R x C``, the flows'
+    length and width) is read against the shapes of the saved arrays, without building
+    anything, so a tampered or corrupted file that plans 6000-wide layers over small weights
+    is refused before any tensor is made (the network is built only once its sizes match the
+    file's own arrays). Raises a ValueError naming ``model_plan_`` and the first mismatch.
+    """
+    def refuse(what):
+        raise ValueError(f"the saved model_plan_ does not match the saved weights ({what}); "
+                         "the file is corrupted or was altered.")
+
+    def count(x):
+        return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1
+
+    widths, shapes, flows = plan.get("widths"), plan.get("shapes"), plan.get("flows")
+    if not (isinstance(widths, (list, tuple)) and len(widths) >= 2
+            and all(count(w) for w in widths)):
+        refuse(f"widths={widths!r} is not a list of positive integers")
+    n_lin = len(widths) - 1
+    if not (isinstance(shapes, (list, tuple)) and isinstance(flows, (list, tuple))
+            and len(shapes) == n_lin and len(flows) == n_lin):
+        refuse(f"shapes and flows need {n_lin} entries, one per linear layer")
+    saved = {k: tuple(np.shape(v)) for k, v in state.items()}
+    H, length = plan.get("flow_hidden"), plan.get("flow_length")
+    for i in range(n_lin):
+        d_in, d_out = int(widths[i]) + 1, int(widths[i + 1])
+        if shapes[i] is None:
+            expect = {f"layers.{i}.weight": (d_out, d_in - 1), f"layers.{i}.bias": (d_out,)}
+        else:
+            if not (isinstance(shapes[i], (list, tuple)) and len(shapes[i]) == 2
+                    and all(count(r) for r in shapes[i])
+                    and shapes[i][0] <= d_out and shapes[i][1] <= d_in):
+                refuse(f"layer {i}'s inducing shape {shapes[i]!r} does not fit its "
+                       f"{d_out} x {d_in} weights")
+            R, C = (int(r) for r in shapes[i])
+            expect = {f"layers.{i}.z_row": (R, d_out), f"layers.{i}.z_col": (C, d_in),
+                      f"layers.{i}.v_mean": (R, C)}
+            steps = sum(1 for k in saved
+                        if k.startswith(f"layers.{i}.flow.steps.") and k.endswith(".order"))
+            planned = int(length) if flows[i] and count(length) and C >= 2 else 0
+            if steps != planned:
+                refuse(f"layer {i}: the plan has {planned} flow steps, the weights {steps}")
+            if planned:
+                if not count(H):
+                    refuse(f"flow_hidden={H!r} is not a positive integer")
+                expect[f"layers.{i}.flow.steps.0.hyper.0.bias"] = (int(H),)
+        for key, shape in expect.items():
+            if saved.get(key) != shape:
+                refuse(f"{key}: plan {shape}, weights {saved.get(key)}")
+
+
 def network_from_state(plan, state, device, dtype):
-    """The network of ``plan`` with the weights saved by :func:`network_state`."""
+    """The network of ``plan`` with the weights saved by :func:`network_state`, once
+    :func:`check_network_state` has read the plan's sizes against the weights."""
+    check_network_state(plan, state)
     net = build_network(plan, 0, "cpu", dtype)
     net.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
     return net.to(device=device, dtype=dtype)
