@@ -204,12 +204,6 @@ class TrainResult:
     seconds: float = 0.0
 
 
-#: Eager steps use the fused Adam / AdamW kernel (one kernel for every parameter's update
-#: instead of a handful per tensor): the same update up to round-off, and on CPU about a
-#: sixth less time a step for the small networks of the package.
-FUSED_OPTIMIZER = True
-
-
 class NetworkTrainer:
     """Gradient training of torch parameters on a per-batch loss.
 
@@ -285,8 +279,6 @@ class NetworkTrainer:
             for g in groups:
                 g["lr"] = torch.tensor(g["lr"], dtype=dtype, device=self.device)
             kw = {"capturable": True, "foreach": True}
-        elif FUSED_OPTIMIZER:
-            kw = {"fused": True}
         if optimizer == "adam":
             self.optimizer = torch.optim.Adam(groups, lr=learning_rate, **kw)
         elif optimizer == "adamw":
