@@ -235,7 +235,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     n_iter_ : int
         Epochs run (iterations for exact).
     n_samples_seen_ : int
-        Rows trained on (the ELBO's ``n`` in :meth:`partial_fit`).
+        Rows trained on (the ELBO's ``n`` in :meth:`partial_fit`); after :meth:`fit`, the
+        distinct rows of positive weight (exact duplicate rows merged, see ``fit``).
     loss_curve_ : list of float
         Mean training loss (negative per-datum objective) of every epoch.
     validation_scores_ : list of float
