@@ -173,7 +173,10 @@ def collapse_rows(X, y, sample_weight):
     order, so that integer weights and the rows repeated that many times (in any order)
     give the identical training problem. With ``sample_weight=None`` and no duplicated
     row, ``(X, y, None)`` is returned unchanged, so an unweighted fit of distinct rows is
-    exactly what it was. ``y`` may have one or two dimensions.
+    exactly what it was; so are distinct rows whose positive weights are all 1 (the rows
+    of weight 0 dropped, the order kept): unit weights are no weights, which a network's
+    training (its mini-batch order) can tell apart from sorted rows. ``y`` may have one or
+    two dimensions.
     """
     n = X.shape[0]
     Y = np.asarray(y).reshape(n, -1)
@@ -183,10 +186,26 @@ def collapse_rows(X, y, sample_weight):
         sample_weight = np.ones(n)
     keep = sample_weight > 0
     X, y, Y, w = X[keep], np.asarray(y)[keep], Y[keep], sample_weight[keep]
+    if np.all(w == 1) and (X.shape[0] < 2 or np.unique(np.hstack([X, Y]), axis=0).shape[0]
+                           == X.shape[0]):
+        return X, y, None
     _, first, inverse = np.unique(np.hstack([X, Y]), axis=0, return_index=True,
                                   return_inverse=True)
     w = np.bincount(inverse.ravel(), weights=w, minlength=first.size)
     return X[first], y[first], w
+
+
+def network_weights(estimator, X, y, sample_weight):
+    """A network's training rows: ``sample_weight`` checked (:func:`check_weights`) and the
+    rows merged by :func:`collapse_rows`, so that integer weights and the rows repeated in
+    any order give one training problem (the networks' mini-batches included). Returns
+    ``(X, y, w)``, ``w`` None when every row counts once. A ValueError names
+    ``sample_weight`` when fewer than 2 distinct rows of positive weight remain."""
+    X, y, w = collapse_rows(X, y, check_weights(X, sample_weight))
+    if X.shape[0] < 2:
+        raise ValueError(f"{type(estimator).__name__} needs at least 2 distinct rows of "
+                         f"positive sample_weight; got {X.shape[0]}.")
+    return X, y, w
 
 
 def weighted_median(values, weights=None):

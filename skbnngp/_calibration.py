@@ -45,11 +45,13 @@ LOW_NOISE_SHARE = 0.5
 LOW_RESIDUAL = 0.01
 
 
-def near_noiseless(residuals, targets, noise_share, weights=None):
+def near_noiseless(residuals, targets, noise_share, weights=None, target_weights=None):
     """Whether held-out residuals come from a near-noiseless target: the noise is under
     :data:`LOW_NOISE_SHARE` of their predictive variance, or the residuals are under
     :data:`LOW_RESIDUAL` of the targets' spread (a Nystrom or network noise term can absorb
-    approximation error and stay large). ``weights``: one per row (frequency weights).
+    approximation error and stay large). ``weights``: one per row (frequency weights);
+    ``target_weights``: those of the rows of ``targets`` when these are other rows (e.g.
+    every training row, the residuals being the held-out ones); default ``weights``.
 
     ``residuals`` and ``targets`` of shape (n,) or (n, 1) give a bool; of shape (n, C) with
     C > 1 (a multi-output fit), a bool array of shape (C,): one answer per target.
@@ -60,15 +62,16 @@ def near_noiseless(residuals, targets, noise_share, weights=None):
     t = np.asarray(targets, dtype=np.float64)
     if r.ndim == 2 and r.shape[1] > 1:
         t = t.reshape(t.shape[0], -1)
-        return np.array([near_noiseless(r[:, j], t[:, j], noise_share, weights)
-                         for j in range(r.shape[1])])
+        return np.array([near_noiseless(r[:, j], t[:, j], noise_share, weights,
+                                        target_weights) for j in range(r.shape[1])])
     if weights is None:
         spread = float(np.max(np.std(t, axis=0), initial=0.0))
         tiny = spread > 0 and float(np.median(r[np.isfinite(r)])) < LOW_RESIDUAL * spread
         return bool(noise_share < LOW_NOISE_SHARE or tiny)
     w = np.asarray(weights, dtype=np.float64)
+    wt = w if target_weights is None else np.asarray(target_weights, dtype=np.float64)
     t = t.reshape(t.shape[0], -1)
-    sd = np.sqrt(np.average((t - np.average(t, axis=0, weights=w)) ** 2, axis=0, weights=w))
+    sd = np.sqrt(np.average((t - np.average(t, axis=0, weights=wt)) ** 2, axis=0, weights=wt))
     spread = float(np.max(sd, initial=0.0))
     r = r.reshape(r.shape[0], -1)
     ok = np.all(np.isfinite(r), axis=1)

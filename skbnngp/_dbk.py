@@ -24,8 +24,8 @@ from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, aut
 from ._backend import _dbk as dbk
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_hidden_layer_sizes, fit_input_scaling, fit_transaction,
-                    duplicate_groups, held_out_split, transactional, user_network,
-                    warn_training)
+                    duplicate_groups, held_out_split, network_weights, transactional,
+                    user_network, warn_training, weighted_median)
 from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -235,7 +235,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     n_iter_ : int
         Epochs run (iterations for exact).
     n_samples_seen_ : int
-        Rows trained on (the ELBO's ``n`` in :meth:`partial_fit`).
+        Rows trained on (the ELBO's ``n`` in :meth:`partial_fit`); after :meth:`fit`, the
+        distinct rows of positive weight (exact duplicate rows merged, see ``fit``).
     loss_curve_ : list of float
         Mean training loss (negative per-datum objective) of every epoch.
     validation_scores_ : list of float
@@ -396,7 +397,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     # ================================================================== fit
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Train the network and the noise, then form the weight posterior.
 
         With ``inference="exact"``, once the network is trained its features are fixed, the
@@ -408,6 +409,15 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Frequency weights: every objective is that of row ``i`` repeated ``w_i`` times
+            (its noise and correction divided by ``w_i`` in the exact evidence and the
+            posterior, its term counted ``w_i`` times in the ELBO, the validation NLL and the
+            trace regulariser), so an integer weight is the row repeated and a zero weight
+            drops it. Exact duplicate ``(x, y)`` rows are merged into one weighted row (and
+            the rows sorted) first, so weights and repeated rows train the identical model;
+            the held-out split is drawn over the distinct rows, and the calibration counts a
+            row's leave-one-out residual ``w_i`` times. None: every row once.
 
         Returns
         -------
@@ -417,13 +427,16 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         max_iter, interval, patience = self._check_params()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
+        X, y, w = network_weights(self, X, y, sample_weight)
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(np.iinfo(np.int32).max))
         fit_input_scaling(self, X, self.normalize_X, "minmax_half")
-        Y = self._normalise_targets(y)
+        Y = self._normalise_targets(y, w)
         tr, va = held_out_split(self, X.shape[0], rng, self._validation_fraction()
                                 if self.early_stopping else None, X=X)
+        wtr = None if w is None else as_tensor(w[tr], device, dtype)
+        wva = None if w is None or va is None else as_tensor(w[va], device, dtype)
         if self.n_basis >= len(tr):
             warnings.warn(f"{name}: n_basis={self.n_basis} >= the {len(tr)} training rows: "
                           "the kernel has at least as many basis functions as data, so the "
@@ -443,6 +456,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         chunk = self._chunk_for()
         if svi:
             data = {"X": Xtr, "Y": Ytr, "n": len(tr)}
+            if wtr is not None:  # weights of mean 1; the ELBO's n is their frequency sum
+                data["w"], data["n"] = wtr / wtr.mean(), to_float(wtr.sum())
             if correction:
                 data["kappa"] = dbk.prior_vars(feat, Xtr, chunk)
             loss = dbk.svi_loss(feat, state, data, correction)
@@ -451,14 +466,15 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 return BLRPosterior(state.m, state.L()), dbk.max_prior_var(feat, Xtr, chunk)
         else:
             weight = EVIDENCE_TRACE_WEIGHT if EXACT_OBJECTIVE == "evidence" else 1.0
-            loss = dbk.exact_loss(feat, state, Xtr, Ytr, correction, EXACT_OBJECTIVE, weight)
+            loss = dbk.exact_loss(feat, state, Xtr, Ytr, correction, EXACT_OBJECTIVE, weight,
+                                  wtr)
 
             def post_fn():
                 return dbk.exact_posterior(feat, Xtr, Ytr, state.noise(), correction, chunk,
-                                           warn=False, context=name)
+                                           warn=False, context=name, weights=wtr)
 
         validate = None if va is None else dbk.validation_nll(post_fn, feat, Xva, Yva, state,
-                                                              correction, chunk)
+                                                              correction, chunk, wva)
         trainer = NetworkTrainer(loss, list(net.parameters()), state.params(), modules=[net],
                                  learning_rate=cfg["learning_rate_init"],
                                  weight_decay=cfg["weight_decay"], device=device)
@@ -476,29 +492,33 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
             self.prior_scale_ = 1.0
             if svi:
                 M = dbk.max_prior_var(feat, Xtr, chunk)
-                self.elbo_ = dbk.chunked_elbo(feat, Xtr, Ytr, post, s2, chunk)
+                self.elbo_ = dbk.chunked_elbo(feat, Xtr, Ytr, post, s2, chunk, wtr)
                 self.log_marginal_likelihood_value_ = dbk.evidence(
-                    feat, Xtr, Ytr, chunk)(1.0, float(s2))
+                    feat, Xtr, Ytr, chunk, wtr)(1.0, float(s2))
                 stream = {"state": state, "opt": trainer.optimizer.state_dict(), "n": len(tr)}
             else:
                 Xall = Xtr if va is None else torch.cat([Xtr, Xva])
                 Yall = Ytr if va is None else torch.cat([Ytr, Yva])
+                wall = wtr if va is None or w is None else torch.cat([wtr, wva])
                 scale, self.prior_scale_, s2, post, M, self.log_marginal_likelihood_value_ = \
                     dbk.condition_exact(net, scale, Xall, Yall, s2, correction,
                                         None if va is None else len(tr), SCALE_SELECTION,
-                                        NOISE_LOWER_BOUND, chunk, context=name)
+                                        NOISE_LOWER_BOUND, chunk, context=name, weights=wall)
                 feat = self._feature_fn(net, scale)
                 self.elbo_ = None
                 method = {"auto": "student_t"}.get(self.calibration, self.calibration)
                 if method is not None:
                     groups = duplicate_groups(to_numpy(Xall))
                     z, v = dbk.loo_residuals(feat, Xall, Yall, post, s2, M, correction,
-                                             chunk, groups)
+                                             chunk, groups, wall)
                     z, v = to_numpy(z), to_numpy(v)
-                    share = float(np.median(np.minimum(to_float(s2) / v, 1.0)))
+                    wn = None if wall is None else to_numpy(wall)
+                    share = weighted_median(np.minimum(to_float(s2) / v, 1.0), wn)
+                    options = {} if wn is None else {"weights": wn}
                     self._fit_calibration(method, z, max_test_df=DBK_MAX_TEST_DF,
                                           near_noiseless=near_noiseless(
-                                              z * np.sqrt(v)[:, None], to_numpy(Yall), share))
+                                              z * np.sqrt(v)[:, None], to_numpy(Yall), share,
+                                              weights=wn), **options)
                     self.calibration_ = method
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve
         self.validation_scores_, self.best_iteration_ = res.validation_scores, res.best_epoch

@@ -24,7 +24,8 @@ from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_ba
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_class_labels, check_hidden_layer_sizes, check_predict_params,
-                    fit_input_scaling, plain, threaded, transactional, warn_training)
+                    fit_input_scaling, network_weights, plain, threaded, transactional,
+                    warn_training)
 from ._calibration import CLASSIFIER_CALIBRATION
 from ._predictive import ClassifierPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -342,7 +343,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
     # ================================================================== fit
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Train the network by the annealed ELBO and set up the OoD score.
 
         Parameters
@@ -350,6 +351,16 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
             Class labels (numbers or strings); at least two classes.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Frequency weights: each row's cross-entropy counts ``w_i`` times (times its
+            ``class_weight``; the product normalised to mean 1 over the training rows, so a
+            mini-batch estimates the weighted mean), the ELBO's ``n`` in ``KL / n`` is the
+            weights' sum, ``"balanced"`` class weights use the weighted class counts, and
+            the temperature is fitted on the weighted held-out NLL. A zero weight drops the
+            row (a class left with none is not among ``classes_``); exact duplicate
+            ``(x, y)`` rows are merged into one weighted row (and the rows sorted) first,
+            so integer weights and repeated rows train the identical model. None: every
+            row once.
 
         Returns
         -------
@@ -360,6 +371,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         check_class_labels(y)
         check_classification_targets(y)
         classes, y_idx = np.unique(y, return_inverse=True)
+        X, y_idx, w = network_weights(self, X, y_idx.ravel(), sample_weight)
+        if w is not None:  # a class whose rows all have weight 0 is not a class of the fit
+            present = np.unique(y_idx)
+            classes, y_idx = classes[present], np.searchsorted(present, y_idx)
         if len(classes) < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in "
                              f"y; got only one class: {plain(classes[0])!r}.")
@@ -378,33 +393,40 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
             net, Xt = self._fit_network(X[train], y_idx[train], len(classes),
                                         copy.deepcopy(rng) if retrain else rng, seeds,
                                         device, dtype,
-                                        stage=" (temperature stage)" if retrain else "")
+                                        stage=" (temperature stage)" if retrain else "",
+                                        weights=None if w is None else w[train])
             logits = self._draw_logits(
                 as_tensor((X[val] - self._X_offset) / self._X_scale, device, dtype),
                 self.n_predict_samples, self._predict_seed)
-            temperature, val_nll = fit_temperature(to_numpy(logits), y_idx[val])
+            temperature, val_nll = fit_temperature(
+                to_numpy(logits), y_idx[val], **({} if w is None else {"weights": w[val]}))
         if calibration == "temperature" and self.refit == "warm":
-            net, Xt = self._finetune_network(net, X, y_idx, rng, seeds)
+            net, Xt = self._finetune_network(net, X, y_idx, rng, seeds, w)
         elif calibration is None or self.refit:
-            net, Xt = self._fit_network(X, y_idx, len(classes), rng, seeds, device, dtype)
+            net, Xt = self._fit_network(X, y_idx, len(classes), rng, seeds, device, dtype,
+                                        weights=w)
         self.calibration_ = calibration
         self.temperature_, self.validation_nll_ = temperature, val_nll
         self._fit_ood(net, Xt, rng, int(seeds[3]))
         return self
 
-    def _fit_network(self, X, y_idx, n_classes, rng, seeds, device, dtype, stage=""):
-        """Train a network on ``(X, y_idx)`` and set the fitted attributes that describe it;
-        returns the network and the scaled training inputs (for the OoD set-up). ``stage``
-        labels the progress and warnings of a network that is not the final one."""
-        Xt = as_tensor(fit_input_scaling(self, X, self.normalize_X), device, dtype)
+    def _fit_network(self, X, y_idx, n_classes, rng, seeds, device, dtype, stage="",
+                     weights=None):
+        """Train a network on ``(X, y_idx)`` (rows of frequency ``weights``) and set the
+        fitted attributes that describe it; returns the network and the scaled training
+        inputs (for the OoD set-up). ``stage`` labels the progress and warnings of a
+        network that is not the final one."""
+        Xt = as_tensor(fit_input_scaling(self, X, self.normalize_X, sample_weight=weights),
+                       device, dtype)
         plan = self._layer_plan(X.shape[1], n_classes)
         net = build_network(plan, int(seeds[0]), device, dtype)
-        self._train(net, Xt, y_idx, rng, int(seeds[1]), plan["sampling"], stage)
+        self._train(net, Xt, y_idx, rng, int(seeds[1]), plan["sampling"], stage,
+                    weights=weights)
         self.model_plan_ = plan
         self.inducing_shapes_ = list(plan["shapes"])
         self.n_parameters_ = int(sum(p.numel() for p in net.parameters()))
         self._predict_seed = int(seeds[2])
-        self._record_network(net, X.shape[0])
+        self._record_network(net, X.shape[0] if weights is None else float(weights.sum()))
         return net, Xt
 
     def _record_network(self, net, n_rows):
@@ -423,7 +445,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         smallest = int(np.bincount(y_idx, minlength=n_classes).min())
         return "temperature" if smallest * self.validation_fraction >= 1 else None
 
-    def _finetune_network(self, net, X, y_idx, rng, seeds):
+    def _finetune_network(self, net, X, y_idx, rng, seeds, weights=None):
         """``refit="warm"``: continue training ``net`` (trained on the rows the calibration
         split left) on every row for :data:`WARM_REFIT_FRAC` of ``max_iter`` epochs, at the
         schedule's final learning rate and KL weight; the input scaling stays. Returns the
@@ -431,8 +453,9 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         device, dtype = next(net.parameters()).device, next(net.parameters()).dtype
         Xt = as_tensor((X - self._X_offset) / self._X_scale, device, dtype)
         self._train(net, Xt, y_idx, rng, int(seeds[1]) + 1, self.model_plan_["sampling"],
-                    stage=" (warm refit)", finetune_epochs=_warm_epochs(self.max_iter))
-        self._record_network(net, X.shape[0])
+                    stage=" (warm refit)", finetune_epochs=_warm_epochs(self.max_iter),
+                    weights=weights)
+        self._record_network(net, X.shape[0] if weights is None else float(weights.sum()))
         return net, Xt
 
     def _validation_split(self, y_idx, n_classes, seed, X=None):
@@ -474,9 +497,11 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         train = np.setdiff1d(np.arange(len(y_idx)), val)
         return train, val
 
-    def _train(self, net, Xt, y_idx, rng, seed, sampling, stage="", finetune_epochs=None):
+    def _train(self, net, Xt, y_idx, rng, seed, sampling, stage="", finetune_epochs=None,
+               weights=None):
         """Run the annealed ELBO on ``net`` (a fit's first stage, or ``finetune_epochs`` more
-        epochs at the schedule's end) and record the epochs."""
+        epochs at the schedule's end) and record the epochs; ``weights``: the rows'
+        frequency weights (None: every row once)."""
         name = type(self).__name__ + stage
         n, E = Xt.shape[0], self.max_iter
         ft = finetune_epochs is not None
@@ -488,11 +513,16 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         cw = None
         if self.class_weight is not None:
             cw = compute_class_weight(self.class_weight, classes=np.arange(len(self.classes_)),
-                                      y=y_idx) if self.class_weight == "balanced" else \
+                                      y=y_idx, sample_weight=weights) \
+                if self.class_weight == "balanced" else \
                 np.array([float(self.class_weight.get(c, 1.0)) for c in self.classes_])
+        rw, n_eff = None, None
+        if weights is not None:  # class and sample weights multiplied, mean 1 over the rows
+            rw = weights if cw is None else weights * cw[y_idx]
+            rw, cw, n_eff = rw / rw.mean(), None, float(weights.sum())
         yt = torch.as_tensor(y_idx, device=Xt.device, dtype=torch.long)
         loss = AnnealedELBO(net, Xt, yt, gen, class_weight=cw, label_smoothing=LABEL_SMOOTHING,
-                            sampling=sampling, graphs=graphs)
+                            sampling=sampling, graphs=graphs, row_weights=rw, n=n_eff)
         kappas = []
 
         def start_epoch(epoch):

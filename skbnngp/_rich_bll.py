@@ -33,9 +33,11 @@ from ._base import (
     check_hidden_layer_sizes,
     fit_input_scaling,
     held_out_split,
+    network_weights,
     transactional,
     user_network,
     warn_training,
+    weighted_median,
 )
 from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin
@@ -338,10 +340,11 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
                                  "trains on the validation rows, so their residuals are no "
                                  "longer held out.")
 
-    def _normalise_targets(self, y):
-        Y = super()._normalise_targets(y)
+    def _normalise_targets(self, y, sample_weight=None):
+        Y = super()._normalise_targets(y, sample_weight)
         if not self.normalize_y:  # the paper centres the targets without scaling them
-            shift = Y.mean(axis=0)
+            shift = Y.mean(axis=0) if sample_weight is None else np.average(
+                Y, axis=0, weights=sample_weight)
             self._y_train_mean = self._y_train_mean + shift
             Y = Y - shift
         return Y
@@ -364,7 +367,7 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
     # ================================================================== fit
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Train the network (unless ``train_network=False``) and fit the last-layer
         posterior.
 
@@ -372,6 +375,15 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Frequency weights: the training loss is the weighted mean squared error
+            (weights normalised to mean 1 over the training rows, so a mini-batch estimates
+            it without bias), the validation score the weighted RMSE, and the last layer's
+            Gram matrices and evidence those of row ``i`` repeated ``w_i`` times (its noise
+            ``noise / w_i``); the input and target statistics and the calibration residuals
+            are weighted too. A zero weight drops the row; exact duplicate ``(x, y)`` rows
+            are merged into one weighted row (and the rows sorted) first, so integer weights
+            and repeated rows train the identical model. None: every row once.
 
         Returns
         -------
@@ -386,46 +398,52 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
                              "StudentTProcessRegressor.")
         X, y = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2,
                              dtype=np.float64)
+        X, y, w = network_weights(self, X, y, sample_weight)
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(np.iinfo(np.int32).max))
-        Xs = fit_input_scaling(self, X, self.normalize_X)
-        Y = self._normalise_targets(y)
+        Xs = fit_input_scaling(self, X, self.normalize_X, sample_weight=w)
+        Y = self._normalise_targets(y, w)
         Xt = as_tensor(Xs, device, dtype)
         Yt = as_tensor(Y, device, dtype)
+        wt = None if w is None else as_tensor(w, device, dtype)
         net = self._make_network(X.shape[1], seed, device, dtype)
         val_mse = None
         self.n_iter_, self.loss_curve_, self.validation_scores_ = 0, [], []
         self.best_iteration_, self.converged_ = 0, True
         val_rows, refit = None, REFIT
         if self.train_network:
-            val_mse, lr_drops, val_rows = self._train(net, Xt, Yt, rng)
+            val_mse, lr_drops, val_rows = self._train(net, Xt, Yt, rng, wt)
             if refit and self.early_stopping:
                 net = self._refit_network(X.shape[1], seed, device, dtype, Xt, Yt, rng,
-                                          lr_drops)
+                                          lr_drops, wt)
         net.eval()
         self.network_ = net
-        self._fit_posterior(net, Xt, Yt, val_mse, rng)
+        self._fit_posterior(net, Xt, Yt, val_mse, rng, wt)
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         cal = self.calibration
         if cal == "auto":  # the Student-t calibration wherever the fit holds rows out
             cal = "student_t" if val_rows is not None and not refit else None
         self.calibration_ = cal if val_rows is not None else None
         if self.calibration_ is not None:
-            self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_, Y)
+            self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_, Y,
+                               None if w is None else (w[val_rows], w))
         return self
 
-    def _calibrate_on(self, Xv, Yv, method, Y):
+    def _calibrate_on(self, Xv, Yv, method, Y, weights=None):
         """``calibration_factor_`` (and, for ``"student_t"``, ``predictive_df_``) from the
         standardised residuals of held-out rows (:meth:`_fit_calibration`; ``Y``, the
-        normalised training targets, tells a near-noiseless target)."""
+        normalised training targets, tells a near-noiseless target). ``weights``: the
+        frequency weights of the held-out rows and of ``Y``'s rows, or None."""
         cache = self._cache
         f, Phi = self._features(Xv, cache)
         var = last_layer_variance(Phi, cache["T"], self.noise_variance_)
         z = standardised_residuals(Yv, f, var)
-        share = float(np.median(np.minimum(self.noise_variance_ / to_numpy(var), 1.0)))
+        wv, wy = (None, None) if weights is None else weights
+        share = weighted_median(np.minimum(self.noise_variance_ / to_numpy(var), 1.0), wv)
+        options = {} if wv is None else {"weights": wv}
         self._fit_calibration(method, z, near_noiseless=near_noiseless(
-            z * np.sqrt(to_numpy(var)), Y, share))
+            z * np.sqrt(to_numpy(var)), Y, share, weights=wv, target_weights=wy), **options)
 
     def _trainer(self, net, loss, **options):
         return NetworkTrainer(loss, list(net.parameters()), modules=[net],
@@ -433,27 +451,33 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
                               weight_decay=self.weight_decay, grad_clip=GRAD_CLIP,
                               **options)
 
-    def _refit_network(self, n_features, seed, device, dtype, Xt, Yt, rng, lr_drops=()):
+    def _refit_network(self, n_features, seed, device, dtype, Xt, Yt, rng, lr_drops=(),
+                       weights=None):
         """The paper's refit (``REFIT``): the same initial network trained on every row for
         ``best_iteration_`` epochs (no stopping rule), its learning rate lowered after the
         epochs ``lr_drops`` where the first stage's plateaus lowered it."""
         net = self._make_network(n_features, seed, device, dtype)
-        trainer = self._trainer(net, mse_objective(net, Xt, Yt), lr_milestones=lr_drops,
+        trainer = self._trainer(net, mse_objective(net, Xt, Yt, weights),
+                                lr_milestones=lr_drops,
                                 lr_gamma=PLATEAU_FACTOR, device=Xt.device)
         trainer.fit(Xt.shape[0], batch_size=self.batch_size,
                     max_epochs=max(1, self.best_iteration_), rng=rng, validate=None,
                     n_iter_no_change=None, verbose=self.verbose, label=type(self).__name__)
         return net
 
-    def _train(self, net, Xt, Yt, rng):
-        """MSE training with the shared loop; returns the validation MSE (or None), the
-        epochs after which the plateau schedule lowered the learning rate, and the
-        validation rows (an index array, or None)."""
+    def _train(self, net, Xt, Yt, rng, weights=None):
+        """MSE training with the shared loop (weighted by the rows' ``weights`` when given);
+        returns the validation MSE (or None), the epochs after which the plateau schedule
+        lowered the learning rate, and the validation rows (an index array, or None)."""
         tr, va = held_out_split(self, Xt.shape[0], rng,
                                 self.validation_fraction if self.early_stopping else None,
                                 X=to_numpy(Xt))
-        validate = None if va is None else rmse_score(net, Xt[va], Yt[va])
-        trainer = self._trainer(net, mse_objective(net, Xt[tr], Yt[tr]), device=Xt.device)
+        wtr = None if weights is None else weights[torch.as_tensor(tr, device=Xt.device)]
+        wva = None if weights is None or va is None else weights[
+            torch.as_tensor(va, device=Xt.device)]
+        validate = None if va is None else rmse_score(net, Xt[va], Yt[va], wva)
+        trainer = self._trainer(net, mse_objective(net, Xt[tr], Yt[tr], wtr),
+                                device=Xt.device)
         res = trainer.fit(len(tr), batch_size=self.batch_size, max_epochs=self.max_iter,
                           rng=rng, validate=validate, validation_interval=VALIDATION_INTERVAL,
                           n_iter_no_change=self.n_iter_no_change, tol=self.tol,
@@ -465,7 +489,7 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         self.best_iteration_, self.converged_ = res.best_epoch, res.converged
         return (None if va is None else res.best_score ** 2), list(res.lr_drops), va
 
-    def _fit_posterior(self, net, Xt, Yt, val_mse, rng):
+    def _fit_posterior(self, net, Xt, Yt, val_mse, rng, weights=None):
         """Post-hoc stage (paper §3.2): the noise by ``noise_variance``, the subsample, then
         the posterior of :func:`~skbnngp._backend._projection.fit_last_layer`, with the prior
         variance and (``noise_variance="evidence"``) the noise chosen by the closed-form
@@ -487,7 +511,7 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
                              "(early_stopping=True and train_network=True).")
         noise = None  # None: chosen by the evidence
         if mode == "train":
-            noise = max(mean_squared_error(f, Yt), 1e-12)
+            noise = max(mean_squared_error(f, Yt, weights), 1e-12)
         elif mode == "validation":
             noise = max(float(val_mse), 1e-12)
         elif not isinstance(mode, str):
@@ -509,7 +533,7 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
             net, body, Xt, Phi, Yt, kind=self.uncertainty, rows=idx,
             ridge=float(self.projection_ridge), noise=noise, noise_floor=noise_floor,
             prior_variance=None if self.prior_variance == "auto" else float(self.prior_variance),
-            sketch=sketch, context=name)
+            sketch=sketch, context=name, weights=weights)
         self.uncertainty_ = self.uncertainty
         self.noise_variance_ = post.noise
         self.prior_variance_ = post.prior_variance

@@ -93,14 +93,14 @@ def _check_y_dist(y_true, dist):
         f"{shape}; they must match (one distribution per entry of y_true).")
 
 
-def _check_weights(sample_weight, n):
+def _check_weights(sample_weight, n, name="sample_weight"):
     if sample_weight is None:
         return None
-    w = check_array(sample_weight, ensure_2d=False, dtype=np.float64, input_name="sample_weight")
+    w = check_array(sample_weight, ensure_2d=False, dtype=np.float64, input_name=name)
     if w.shape != (n,):
-        raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},).")
+        raise ValueError(f"{name} has shape {w.shape}, expected ({n},).")
     if np.any(w < 0) or not w.sum() > 0:
-        raise ValueError("sample_weight must be non-negative with a positive sum.")
+        raise ValueError(f"{name} must be non-negative with a positive sum.")
     return w
 
 
@@ -678,10 +678,11 @@ def _levels(n_levels):
 @validate_params(
     {"y_true": ["array-like"], "dist": [HasMethods(["cdf"])],
      "n_levels": [Interval(Integral, 1, None, closed="left")],
-     "kind": [StrOptions({"central", "quantile"})]},
+     "kind": [StrOptions({"central", "quantile"})], "sample_weight": ["array-like", None]},
     prefer_skip_nested_validation=True,
 )
-def calibration_curve_regression(y_true, dist, *, n_levels=19, kind="central"):
+def calibration_curve_regression(y_true, dist, *, n_levels=19, kind="central",
+                                 sample_weight=None):
     """Nominal against observed coverage of predictive intervals, for a reliability diagram.
 
     Parameters
@@ -697,6 +698,9 @@ def calibration_curve_regression(y_true, dist, *, n_levels=19, kind="central"):
         ``"central"``: observed fraction inside the central ``p`` interval,
         ``mean(|2 F(y) - 1| <= p)``. ``"quantile"``: observed fraction below the ``p``
         quantile, ``mean(F(y) <= p)`` (the PIT cdf; Kuleshov et al. 2018).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weight of each sample (all its targets): the observed coverage is the weighted
+        fraction.
 
     Returns
     -------
@@ -721,17 +725,22 @@ def calibration_curve_regression(y_true, dist, *, n_levels=19, kind="central"):
     u = _pit(y, dist, kind).ravel()
     nominal = _levels(n_levels)
     stat = np.abs(2 * u - 1) if kind == "central" else u
-    observed = np.mean(stat[None, :] <= nominal[:, None], axis=1)
-    return nominal, observed
+    inside = stat[None, :] <= nominal[:, None]
+    if sample_weight is None:
+        return nominal, np.mean(inside, axis=1)
+    w = _check_weights(sample_weight, y.shape[0] if y.ndim else 1)
+    w = np.broadcast_to(w.reshape((-1,) + (1,) * max(y.ndim - 1, 0)), y.shape).ravel()
+    return nominal, inside @ w / w.sum()
 
 
 @validate_params(
     {"y_true": ["array-like"], "dist": [HasMethods(["cdf"])],
      "n_levels": [Interval(Integral, 1, None, closed="left")],
-     "kind": [StrOptions({"central", "quantile"})]},
+     "kind": [StrOptions({"central", "quantile"})], "sample_weight": ["array-like", None]},
     prefer_skip_nested_validation=True,
 )
-def regression_calibration_error(y_true, dist, *, n_levels=19, kind="central"):
+def regression_calibration_error(y_true, dist, *, n_levels=19, kind="central",
+                                 sample_weight=None):
     """Mean absolute gap between nominal and observed interval coverage.
 
     ``mean_k |observed(p_k) - p_k|`` over the levels of :func:`calibration_curve_regression`.
@@ -748,6 +757,8 @@ def regression_calibration_error(y_true, dist, *, n_levels=19, kind="central"):
         Number of nominal levels ``k / (n_levels + 1)``.
     kind : {"central", "quantile"}, default="central"
         Central intervals or one-sided quantiles (see :func:`calibration_curve_regression`).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weight of each sample in the observed coverage.
 
     Returns
     -------
@@ -762,17 +773,19 @@ def regression_calibration_error(y_true, dist, *, n_levels=19, kind="central"):
     >>> regression_calibration_error(y, stats.norm(np.zeros(2000), 1.0)) > 0.2  # too narrow
     True
     """
-    nominal, observed = calibration_curve_regression(y_true, dist, n_levels=n_levels, kind=kind)
+    nominal, observed = calibration_curve_regression(y_true, dist, n_levels=n_levels, kind=kind,
+                                                     sample_weight=sample_weight)
     return float(np.mean(np.abs(observed - nominal)))
 
 
 # ============================================================================ classification
 @validate_params(
     {"y_true": ["array-like"], "proba": ["array-like"],
-     "n_bins": [Interval(Integral, 1, None, closed="left")], "labels": ["array-like", None]},
+     "n_bins": [Interval(Integral, 1, None, closed="left")], "labels": ["array-like", None],
+     "sample_weight": ["array-like", None]},
     prefer_skip_nested_validation=True,
 )
-def expected_calibration_error(y_true, proba, *, n_bins=15, labels=None):
+def expected_calibration_error(y_true, proba, *, n_bins=15, labels=None, sample_weight=None):
     """Top-label expected calibration error (Guo et al. 2017).
 
     The top-label confidence ``max_k proba[i, k]`` is binned into ``n_bins`` equal-width bins
@@ -790,6 +803,8 @@ def expected_calibration_error(y_true, proba, *, n_bins=15, labels=None):
         Number of equal-width confidence bins.
     labels : array-like of shape (n_classes,), default=None
         Class label of each column of ``proba`` (e.g. ``estimator.classes_``).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weight of each sample: ``n_b`` and the bins' accuracy and confidence are weighted.
 
     Returns
     -------
@@ -834,16 +849,21 @@ def expected_calibration_error(y_true, proba, *, n_bins=15, labels=None):
     conf = p.max(axis=1)
     correct = (p.argmax(axis=1) == idx).astype(np.float64)
     bins = np.clip(np.ceil(conf * n_bins).astype(np.intp) - 1, 0, n_bins - 1)
+    if sample_weight is not None:
+        w = _check_weights(sample_weight, p.shape[0])
+        gap = np.abs(np.bincount(bins, correct * w, n_bins) - np.bincount(bins, conf * w, n_bins))
+        return float(np.sum(gap) / w.sum())
     count = np.bincount(bins, minlength=n_bins)
     gap = np.abs(np.bincount(bins, correct, n_bins) - np.bincount(bins, conf, n_bins))
     return float(np.sum(gap) / count.sum())
 
 
 @validate_params(
-    {"scores_in": ["array-like"], "scores_out": ["array-like"]},
+    {"scores_in": ["array-like"], "scores_out": ["array-like"],
+     "sample_weight_in": ["array-like", None], "sample_weight_out": ["array-like", None]},
     prefer_skip_nested_validation=True,
 )
-def ood_auroc(scores_in, scores_out):
+def ood_auroc(scores_in, scores_out, *, sample_weight_in=None, sample_weight_out=None):
     """Area under the ROC curve separating out-of-distribution inputs by an uncertainty score.
 
     Out-of-distribution points are the positive class, so a larger score must mean "more
@@ -856,6 +876,10 @@ def ood_auroc(scores_in, scores_out):
         Scores of in-distribution inputs.
     scores_out : array-like of shape (n_out,)
         Scores of out-of-distribution inputs.
+    sample_weight_in, sample_weight_out : array-like of shape (n_in,) and (n_out,), \
+default=None
+        Weights of the in- and out-of-distribution inputs (the weighted AUROC: a pair
+        counts the product of its weights); None: 1 each.
 
     Returns
     -------
@@ -873,7 +897,14 @@ def ood_auroc(scores_in, scores_out):
         if s.ndim != 1:
             raise ValueError(f"{name} must be 1-D, got shape {s.shape}.")
     labels = np.concatenate([np.zeros(s_in.size), np.ones(s_out.size)])
-    return float(roc_auc_score(labels, np.concatenate([s_in, s_out])))
+    if sample_weight_in is None and sample_weight_out is None:
+        return float(roc_auc_score(labels, np.concatenate([s_in, s_out])))
+    w_in = (np.ones(s_in.size) if sample_weight_in is None
+            else _check_weights(sample_weight_in, s_in.size, "sample_weight_in"))
+    w_out = (np.ones(s_out.size) if sample_weight_out is None
+             else _check_weights(sample_weight_out, s_out.size, "sample_weight_out"))
+    return float(roc_auc_score(labels, np.concatenate([s_in, s_out]),
+                               sample_weight=np.concatenate([w_in, w_out])))
 
 
 # ============================================================================ scorers

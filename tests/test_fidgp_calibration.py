@@ -15,6 +15,7 @@ from skbnngp._backend._calibration import (
     fit_temperature,
     tempered_nll,
 )
+from skbnngp._base import collapse_rows
 from skbnngp._fidgp import _warm_epochs, train_batch_size
 
 from ._promise import assert_same_labels, assert_same_predictions
@@ -134,22 +135,27 @@ def test_fitted_temperature_is_the_validation_minimiser(fitted):
     # the NLL of the held-out rows under the prediction draws
     blob, X, y = fitted
     clf = pickle.loads(blob)
+    # iris repeats one (x, y) row: the fit merges it into one row of weight 2 (sorted rows)
+    X, y, w = collapse_rows(X, y, None)
+    assert len(y) == 149 and w.max() == 2
     seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=4)
-    train, val = clf._validation_split(y, 3, int(seeds[3]), X)  # iris repeats some rows
+    train, val = clf._validation_split(y, 3, int(seeds[3]), X)
     assert len(np.intersect1d(train, val)) == 0 and len(train) + len(val) == len(y)
-    assert np.all(np.abs(np.bincount(y[val], minlength=3) - 10) <= 1)  # 20% of 50 per class
-    np.testing.assert_allclose(clf._X_offset, X[train].mean(axis=0), rtol=1e-12)
+    assert np.all(np.bincount(y[val], minlength=3) == 10)  # 20% of 50 (49) per class
+    np.testing.assert_allclose(clf._X_offset, np.average(X[train], axis=0, weights=w[train]),
+                               rtol=1e-12)
     logits = clf._draw_logits(clf._input(X[val]), clf.n_predict_samples,
                               clf._predict_seed).numpy()
-    n_val = len(val)
+    n_val = w[val].sum()
     grid = np.linspace(*LOG_T_RANGE, 801)
-    obj = [tempered_nll(logits, y[val], np.exp(v)) + 0.5 * v * v / (LOG_T_PRIOR_SD**2 * n_val)
-           for v in grid]
+    obj = [tempered_nll(logits, y[val], np.exp(v), w[val])
+           + 0.5 * v * v / (LOG_T_PRIOR_SD**2 * n_val) for v in grid]
     v = np.log(clf.temperature_)
-    mine = tempered_nll(logits, y[val], clf.temperature_) + 0.5 * v * v / (
+    mine = tempered_nll(logits, y[val], clf.temperature_, w[val]) + 0.5 * v * v / (
         LOG_T_PRIOR_SD**2 * n_val)
     assert mine <= min(obj) + 1e-9
-    assert clf.validation_nll_ == pytest.approx(tempered_nll(logits, y[val], clf.temperature_))
+    assert clf.validation_nll_ == pytest.approx(tempered_nll(logits, y[val], clf.temperature_,
+                                                             w[val]))
 
 
 def test_no_calibration_keeps_every_row_and_temperature_one():

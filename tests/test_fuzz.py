@@ -172,9 +172,14 @@ def _check_outputs(out, n, classifier, est, y):
         shape = (n,) if np.ndim(y) == 1 else (n, y.shape[1])
         for key in ("mean", "std"):
             assert out[key].shape == shape, key
-            if key == "std" and getattr(est, "predictive_df_", np.inf) <= 2:
+            if key == "std":
                 # a Student-t calibration with df <= 2 has no variance: inf is the answer
-                assert np.all(np.isposinf(out[key])), "a t without a variance: inf std"
+                # (per target: predictive_df_ is an array for a multi-output y)
+                heavy = np.broadcast_to(np.asarray(getattr(est, "predictive_df_", np.inf))
+                                        <= 2, shape[1:]).ravel()
+                col = out[key].reshape(n, -1)
+                assert np.all(np.isposinf(col[:, heavy])), "a t without a variance: inf std"
+                assert np.all(np.isfinite(col[:, ~heavy])), "non-finite std"
                 continue
             assert np.all(np.isfinite(out[key])), f"non-finite {key}"
 

@@ -538,3 +538,52 @@ def test_package_scorers_on_a_pipeline_equal_the_prescaled_estimator(Est, params
         got = scorer(pipe, X[40:], y[40:])
         assert np.isfinite(got)
         assert got == pytest.approx(scorer(est, scaler.transform(X[40:]), y[40:]), rel=1e-9)
+
+
+def test_calibration_metrics_integer_weights_equal_repeated_samples(rng):
+    """Integer ``sample_weight`` equals the samples repeated (zero: dropped) in the
+    regression calibration curve and error, the ECE and the OoD AUROC; unit weights equal
+    none."""
+    n = 60
+    y = rng.standard_t(3, size=(n, 2))
+    loc, scale = rng.normal(size=(n, 2)), rng.uniform(0.5, 2, size=(n, 2))
+    w = rng.integers(0, 4, size=n)
+    rep = np.repeat(np.arange(n), w)
+    for kind in ("central", "quantile"):
+        _, obs = calibration_curve_regression(y, stats.norm(loc, scale), kind=kind,
+                                                sample_weight=w)
+        _, obs_r = calibration_curve_regression(y[rep], stats.norm(loc[rep], scale[rep]),
+                                                    kind=kind)
+        np.testing.assert_allclose(obs, obs_r, rtol=1e-12)
+        assert regression_calibration_error(
+            y[:, 0], stats.norm(loc[:, 0], scale[:, 0]), kind=kind, sample_weight=w) == \
+            pytest.approx(regression_calibration_error(
+                y[rep, 0], stats.norm(loc[rep, 0], scale[rep, 0]), kind=kind), rel=1e-12)
+        np.testing.assert_array_equal(
+            calibration_curve_regression(y, stats.norm(loc, scale), kind=kind,
+                                         sample_weight=np.ones(n))[1],
+            calibration_curve_regression(y, stats.norm(loc, scale), kind=kind)[1])
+    proba = rng.dirichlet(np.ones(3), size=n)
+    labels = rng.integers(0, 3, size=n)
+    assert expected_calibration_error(labels, proba, sample_weight=w) == pytest.approx(
+        expected_calibration_error(labels[rep], proba[rep]), rel=1e-12)
+    assert expected_calibration_error(labels, proba, sample_weight=np.ones(n)) == \
+        pytest.approx(expected_calibration_error(labels, proba), rel=1e-14)
+    s_in, s_out = rng.normal(size=n), rng.normal(1.0, size=n)
+    w_out = rng.integers(0, 3, size=n)
+    assert ood_auroc(s_in, s_out, sample_weight_in=w, sample_weight_out=w_out) == \
+        pytest.approx(ood_auroc(s_in[rep], np.repeat(s_out, w_out)), rel=1e-12)
+
+
+def test_calibration_metrics_reject_bad_weights_naming_them():
+    y = np.zeros(5)
+    dist = stats.norm(np.zeros(5), 1.0)
+    with pytest.raises(ValueError, match="sample_weight"):
+        calibration_curve_regression(y, dist, sample_weight=-np.ones(5))
+    with pytest.raises(ValueError, match="sample_weight"):
+        regression_calibration_error(y, dist, sample_weight=np.ones(4))
+    with pytest.raises(ValueError, match="sample_weight"):
+        expected_calibration_error(np.zeros(5, int), np.full((5, 2), 0.5),
+                                   sample_weight=np.zeros(5))
+    with pytest.raises(ValueError, match="sample_weight_out"):
+        ood_auroc(np.zeros(3), np.ones(3), sample_weight_out=[1.0, -1.0, 1.0])

@@ -122,8 +122,10 @@ class BLREvidence:
         ``Phi^T Y``.
     yy : float
         ``|Y|_F^2``.
-    n : int
-        Number of rows.
+    n : int or float
+        Number of rows; with frequency weights ``w`` (``G = Phi^T W Phi``, ``B = Phi^T W Y``,
+        ``yy = sum_i w_i |y_i|^2``) their sum, which makes this the evidence of the rows
+        repeated ``w_i`` times (:func:`weighted_log_evidence_diag`).
     """
 
     def __init__(self, G, B, yy, n):
@@ -140,7 +142,9 @@ class BLREvidence:
         null = lam <= G.shape[0] * eps * max(float(lam[-1]) if lam.size else 0.0, 0.0)
         self.lam = np.where(null, 0.0, lam)
         self.b2 = np.where(null[:, None], 0.0, b2)
-        self.yy, self.n, self.r, self.C = float(yy), int(n), G.shape[0], self.b2.shape[1]
+        # n: the number of rows, or their summed frequency weights (a float)
+        n = int(n) if float(n).is_integer() else float(n)
+        self.yy, self.n, self.r, self.C = float(yy), n, G.shape[0], self.b2.shape[1]
 
     def __call__(self, prior_var, noise, grad=False):
         """Log evidence (float) at ``prior_var`` and ``noise``; with ``grad``, also its
@@ -228,15 +232,27 @@ def blr_log_evidence_diag(Phi, Y, noise):
             - 0.5 * Y.shape[1] * torch.log(noise).sum())
 
 
+def weighted_log_evidence_diag(Phi, Y, noise, weights):
+    """The log evidence of the rows repeated ``weights`` times (frequency weights, any
+    positive reals): ``log N(Y; 0, Phi Phi^T + diag(noise / w))`` plus, per row and target,
+    ``-((w_i - 1) log(2 pi noise_i) + log w_i) / 2``, the density of the ``w_i - 1``
+    repeats once their mean is fixed (identical targets, so no residual term). ``noise``:
+    a per-row (n,) or scalar variance of one observation. O(n r^2), differentiable."""
+    noise = torch.as_tensor(noise, dtype=Phi.dtype, device=Phi.device).expand(Phi.shape[0])
+    const = ((weights - 1) * torch.log(2 * math.pi * noise) + torch.log(weights)).sum()
+    return blr_log_evidence_diag(Phi, Y, noise / weights) - 0.5 * Y.shape[1] * const
+
+
 class DiagNoiseEvidence:
     """``log N(Y; 0, prior_var (Phi Phi^T + diag(c)) + noise I)`` as a function of
     ``(prior_var, noise)``, with its gradient in log coordinates (autograd): the evidence of
     a low-rank kernel plus a fixed diagonal ``c`` (DBK's variance correction), callable like
     :class:`BLREvidence` (for :func:`blr_fit_scales`). O(n r^2) per evaluation.
+    ``weights``: frequency weights of the rows (:func:`weighted_log_evidence_diag`).
     """
 
-    def __init__(self, Phi, Y, c=None):
-        self.Phi, self.Y = Phi, Y
+    def __init__(self, Phi, Y, c=None, weights=None):
+        self.Phi, self.Y, self.weights = Phi, Y, weights
         self.c = torch.zeros(Phi.shape[0], dtype=Phi.dtype, device=Phi.device) if c is None \
             else c
 
@@ -247,7 +263,11 @@ class DiagNoiseEvidence:
                          device=self.Phi.device, requires_grad=grad)
         with torch.set_grad_enabled(grad):
             a, s = torch.exp(z[0]), torch.exp(z[1])
-            val = blr_log_evidence_diag(torch.sqrt(a) * self.Phi, self.Y, s + a * self.c)
+            if self.weights is None:
+                val = blr_log_evidence_diag(torch.sqrt(a) * self.Phi, self.Y, s + a * self.c)
+            else:
+                val = weighted_log_evidence_diag(torch.sqrt(a) * self.Phi, self.Y,
+                                                 s + a * self.c, self.weights)
             if not grad:
                 return float(val)
             (g,) = torch.autograd.grad(val, z)

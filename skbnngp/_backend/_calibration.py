@@ -209,26 +209,32 @@ LOG_T_RANGE = (np.log(0.05), np.log(20.0))
 LOG_T_PRIOR_SD = 0.5
 
 
-def tempered_nll(logits, y, temperature):
-    """Mean NLL of the predictive ``mean_s softmax(logits_s / T)``; ``logits`` (S, n, K)."""
+def tempered_nll(logits, y, temperature, weights=None):
+    """Mean NLL of the predictive ``mean_s softmax(logits_s / T)``; ``logits`` (S, n, K);
+    the ``weights``-weighted mean when given."""
     z = np.asarray(logits, dtype=np.float64) / temperature
     z = z - z.max(axis=2, keepdims=True)
     logp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
     # log of the average over draws of each row's true-class probability
     lp = logp[:, np.arange(logp.shape[1]), y]
     m = lp.max(axis=0)
-    return float(-np.mean(m + np.log(np.mean(np.exp(lp - m), axis=0))))
+    ll = m + np.log(np.mean(np.exp(lp - m), axis=0))
+    if weights is not None:
+        return float(-np.average(ll, weights=weights))
+    return float(-np.mean(ll))
 
 
-def fit_temperature(logits, y, prior_sd=LOG_T_PRIOR_SD):
+def fit_temperature(logits, y, prior_sd=LOG_T_PRIOR_SD, weights=None):
     """The temperature of largest posterior: validation NLL (summed) plus a
     ``N(0, prior_sd^2)`` prior on ``log T`` (None: none), over ``log T`` in
-    :data:`LOG_T_RANGE`; returns ``T`` and the validation NLL (mean) at ``T``."""
+    :data:`LOG_T_RANGE`; returns ``T`` and the validation NLL (mean) at ``T``. ``weights``:
+    frequency weights of the rows (the NLL of each counted ``w_i`` times, ``n = sum w``)."""
     from scipy.optimize import minimize_scalar
 
-    n = np.asarray(logits).shape[1]
+    n = np.asarray(logits).shape[1] if weights is None else float(np.sum(weights))
     penalty = 0.0 if prior_sd is None else 0.5 / (prior_sd * prior_sd * n)
-    res = minimize_scalar(lambda v: tempered_nll(logits, y, np.exp(v)) + penalty * v * v,
+    res = minimize_scalar(lambda v: tempered_nll(logits, y, np.exp(v), weights)
+                          + penalty * v * v,
                           bounds=LOG_T_RANGE, method="bounded", options={"xatol": 1e-4})
     t = float(np.exp(res.x))
-    return t, tempered_nll(logits, y, t)
+    return t, tempered_nll(logits, y, t, weights)

@@ -7,6 +7,11 @@ correction adds ``c_i = M - |phi_i|^2`` (``M`` the largest ``|phi_i|^2`` over th
 diagonal (eq. 12). Every full pass over the data runs in row blocks of ``chunk`` rows, so no
 n x r matrix is formed after training. The Bayesian-linear-regression algebra itself is
 :mod:`._blr`.
+
+Row weights ``w`` (``weights=``, frequency weights) make every quantity that of the rows
+repeated ``w_i`` times: a row's noise and correction become ``(noise + c_i) / w_i``, with the
+repeats' constant in the evidence, and sums over rows (the trace regulariser, the ELBO's data
+term, the validation NLL) count a row ``w_i`` times.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import math
 import torch
 
 from ._blr import (BLREvidence, BLRPosterior, DiagNoiseEvidence, blr_fit_scales,
-                   blr_log_evidence, blr_log_evidence_diag, blr_posterior, blr_stats)
+                   blr_log_evidence, blr_log_evidence_diag, blr_posterior, blr_stats,
+                   weighted_log_evidence_diag)
 from ._chunks import chunked_apply, iter_slices
 from ._device import to_float
 from ._linalg import stable_cholesky
@@ -37,18 +43,21 @@ def softplus_inv(v):
 
 
 # ============================================================================ objectives
-def trace_penalty(Phi, noise, max_prior_var=None):
+def trace_penalty(Phi, noise, max_prior_var=None, weights=None):
     """``tr(C) / (2 noise)`` with ``c_i = M - |phi_i|^2`` over the rows of ``Phi`` (eq. 11).
 
     ``M`` is ``max_prior_var`` when given (the largest prior variance over the whole data,
     of which ``Phi`` is a mini-batch), else the largest over the rows of ``Phi``; the
-    gradient flows through the max."""
+    gradient flows through the max. ``weights``: row ``i`` counts ``w_i`` times."""
     kappa = Phi.square().sum(1)
     M = kappa.max() if max_prior_var is None else max_prior_var
+    if weights is not None:
+        return (weights * (M - kappa)).sum() / (2 * noise)
     return (Phi.shape[0] * M - kappa.sum()) / (2 * noise)
 
 
-def exact_objective(Phi, Y, noise, correction=True, objective="bound", trace_weight=None):
+def exact_objective(Phi, Y, noise, correction=True, objective="bound", trace_weight=None,
+                    weights=None):
     """The full-batch training objective, summed over targets.
 
     ``objective="bound"``: ``log p(Y)`` (eq. 5) minus ``trace_weight`` times the trace
@@ -57,9 +66,18 @@ def exact_objective(Phi, Y, noise, correction=True, objective="bound", trace_wei
     ``log N(Y; 0, Phi Phi^T + diag(M - |phi_i|^2) + noise I)`` (the kernel that predicts,
     eq. 12; its correction is a diagonal, so it costs O(n r^2) like eq. 5), minus
     ``trace_weight`` times the same regulariser. ``trace_weight=None``: 1 for the bound, 0
-    for the evidence. Without ``correction`` both are eq. (5)."""
+    for the evidence. Without ``correction`` both are eq. (5). ``weights``: frequency
+    weights of the rows (the objective of the rows repeated ``w_i`` times)."""
     if trace_weight is None:
         trace_weight = 1.0 if objective == "bound" else 0.0
+    if weights is not None:
+        noise = torch.as_tensor(noise, dtype=Phi.dtype, device=Phi.device)
+        kappa = Phi.square().sum(1)
+        d = noise + (kappa.max() - kappa) if correction and objective == "evidence" else noise
+        J = weighted_log_evidence_diag(Phi, Y, d, weights)
+        if correction and trace_weight:
+            J = J - trace_weight * Y.shape[1] * trace_penalty(Phi, noise, weights=weights)
+        return J
     if not correction:
         return blr_log_evidence(Phi, Y, noise)
     if objective == "evidence":
@@ -79,17 +97,24 @@ def kl_to_prior(m, L):
                                          - 2 * torch.log(L.diagonal().abs()).sum() - r))
 
 
-def svi_objective(Phi, Y, m, L, noise, n, correction=True, max_prior_var=None):
+def svi_objective(Phi, Y, m, L, noise, n, correction=True, max_prior_var=None, weights=None):
     """Mini-batch ELBO of eq. (9) for a batch of ``b`` rows out of ``n``, minus the
     stochastic trace regulariser ``(n/b) sum_batch (M - |phi_i|^2) / (2 noise)``, an
     unbiased estimate of ``tr(C) / (2 noise)`` when ``max_prior_var`` is the data maximum
     ``M`` (``None``: the batch maximum, the paper's eq. 9 text, biased low); with ``b = n``
-    and no correction it is the ELBO of eq. (8)."""
+    and no correction it is the ELBO of eq. (8). ``weights``: the batch rows' weights
+    (normalised to mean 1 over the ``n`` rows' count, or frequency weights with ``n = b``),
+    each row's term counted ``w_i`` times."""
     b, C = Y.shape
-    fit = (-0.5 * b * C * torch.log(2 * math.pi * noise)
-           - ((Y - Phi @ m).square().sum() + C * (Phi @ L).square().sum()) / (2 * noise))
+    if weights is None:
+        fit = (-0.5 * b * C * torch.log(2 * math.pi * noise)
+               - ((Y - Phi @ m).square().sum() + C * (Phi @ L).square().sum()) / (2 * noise))
+    else:
+        per_row = (Y - Phi @ m).square().sum(1) + C * (Phi @ L).square().sum(1)
+        fit = (-0.5 * weights.sum() * C * torch.log(2 * math.pi * noise)
+               - (weights * per_row).sum() / (2 * noise))
     if correction:
-        fit = fit - C * trace_penalty(Phi, noise, max_prior_var)
+        fit = fit - C * trace_penalty(Phi, noise, max_prior_var, weights)
     return (n / b) * fit - kl_to_prior(m, L)
 
 
@@ -151,13 +176,16 @@ class DBKState:
             self.raw_diag))
 
 
-def exact_loss(feat, state, X, Y, correction, objective, trace_weight):
+def exact_loss(feat, state, X, Y, correction, objective, trace_weight, weights=None):
     """Negative per-datum full-batch objective (:func:`exact_objective`), as the trainer's
-    ``loss(rows, epoch)``."""
+    ``loss(rows, epoch)``; with frequency ``weights``, per weighted datum (``n = sum w``)."""
     n, C = Y.shape
+    if weights is not None:
+        n = weights.sum()
 
     def loss(rows, epoch):
-        J = exact_objective(feat(X), Y, state.noise(), correction, objective, trace_weight)
+        J = exact_objective(feat(X), Y, state.noise(), correction, objective, trace_weight,
+                            weights)
         return -J / (n * C)
     return loss
 
@@ -172,7 +200,9 @@ def svi_loss(feat, state, data, correction):
     ``M`` is the largest *current* value among the batch and those rows, so the gradient of
     ``n M`` always reaches a row evaluated now (a stale record used as ``M`` would be a
     constant: no pressure on the maximum while every other norm is pushed up, and the norms
-    ran away). The table is local to the call; nothing fitted changes.
+    ran away). The table is local to the call; nothing fitted changes. ``data["w"]``
+    (optional): the rows' weights normalised to mean 1, with ``data["n"]`` their frequency
+    sum, so that a batch estimates the ELBO of the rows repeated ``w_i`` times.
     """
 
     def loss(rows, epoch):
@@ -188,8 +218,9 @@ def svi_loss(feat, state, data, correction):
             Phi, M = Phi_all[:rows.shape[0]], kappa.max()
             with torch.no_grad():
                 table[idx] = kappa.detach()
+        w = data.get("w")
         J = svi_objective(Phi, data["Y"][rows], state.m, state.L(), state.noise(), n,
-                          correction, max_prior_var=M)
+                          correction, max_prior_var=M, weights=None if w is None else w[rows])
         return -J / (n * C)
     return loss
 
@@ -225,41 +256,51 @@ def max_prior_var(feat, X, chunk, at_least=None):
         return M if at_least is None else torch.clamp(M, min=at_least)
 
 
-def stats(feat, X, Y, chunk, M=None, s2=None):
+def stats(feat, X, Y, chunk, M=None, s2=None, weights=None):
     """``(Phi^T W Phi, Phi^T W Y)`` in row blocks, with the weights ``s2 / (s2 + M -
-    |phi_i|^2)`` of the correction (eq. 12) when ``M`` is given."""
+    |phi_i|^2)`` of the correction (eq. 12) when ``M`` is given, times the frequency
+    ``weights`` when given."""
     G = B = None
     with torch.no_grad():
         for sl in iter_slices(X.shape[0], chunk):
             Phi = feat(X[sl])
             w = None if M is None else s2 / (s2 + (M - Phi.square().sum(1)))
+            if weights is not None:
+                w = weights[sl] if w is None else w * weights[sl]
             g, b = blr_stats(Phi, Y[sl], w)
             G, B = (g, b) if G is None else (G + g, B + b)
     return G, B
 
 
-def exact_posterior(feat, X, Y, s2, correction, chunk, *, warn=True, context="DBK"):
+def exact_posterior(feat, X, Y, s2, correction, chunk, *, warn=True, context="DBK",
+                    weights=None):
     """Weight posterior (eq. 6, or eq. 12 with the correction) and ``M``, in row blocks."""
     M = max_prior_var(feat, X, chunk)
-    G, B = stats(feat, X, Y, chunk, M if correction else None, s2)
+    G, B = stats(feat, X, Y, chunk, M if correction else None, s2, weights)
     post = blr_posterior(G, B, s2, warn=warn, context=f"{context}: Phi^T Phi + noise I")
     return post, M
 
 
-def evidence(feat, X, Y, chunk):
-    """:class:`BLREvidence` of ``(X, Y)`` under the features ``feat`` (eq. 5, row blocks)."""
-    G, B = stats(feat, X, Y, chunk)
-    return BLREvidence(G, B, to_float(Y.square().sum()), X.shape[0])
+def evidence(feat, X, Y, chunk, weights=None):
+    """:class:`BLREvidence` of ``(X, Y)`` under the features ``feat`` (eq. 5, row blocks),
+    of the rows repeated ``weights`` times when given."""
+    G, B = stats(feat, X, Y, chunk, weights=weights)
+    if weights is None:
+        return BLREvidence(G, B, to_float(Y.square().sum()), X.shape[0])
+    return BLREvidence(G, B, to_float((weights[:, None] * Y.square()).sum()),
+                       to_float(weights.sum()))
 
 
-def chunked_elbo(feat, X, Y, post, s2, chunk):
-    """The ELBO of eq. (8) on all of ``(X, Y)``, in row blocks."""
+def chunked_elbo(feat, X, Y, post, s2, chunk, weights=None):
+    """The ELBO of eq. (8) on all of ``(X, Y)`` (rows repeated ``weights`` times), in row
+    blocks."""
     total = 0.0
     with torch.no_grad():
         for sl in iter_slices(Y.shape[0], chunk):
             b = Y[sl].shape[0]
             total += to_float(svi_objective(feat(X[sl]), Y[sl], post.mean, post.factor, s2, b,
-                                            correction=False)
+                                            correction=False,
+                                            weights=None if weights is None else weights[sl])
                               + kl_to_prior(post.mean, post.factor))
         return total - to_float(kl_to_prior(post.mean, post.factor))
 
@@ -289,9 +330,10 @@ def predictive(feat, X, post, s2, M, correction, chunk, include_noise=True, full
         return mean, V
 
 
-def validation_nll(post_fn, feat, Xv, Yv, state, correction, chunk):
+def validation_nll(post_fn, feat, Xv, Yv, state, correction, chunk, weights=None):
     """``score()``: the mean Gaussian predictive NLL of ``(Xv, Yv)`` under the posterior that
-    ``post_fn()`` returns with ``M`` (the trainer's validation score)."""
+    ``post_fn()`` returns with ``M`` (the trainer's validation score); the ``weights``-weighted
+    mean when given."""
     def score():
         post, M = post_fn()
         s2 = state.noise()
@@ -300,12 +342,16 @@ def validation_nll(post_fn, feat, Xv, Yv, state, correction, chunk):
             mean, var = moments(post, feat(Xv[sl]), s2, M, correction)
             nll = 0.5 * (torch.log(2 * math.pi * var).unsqueeze(1)
                          + (Yv[sl] - mean).square() / var.unsqueeze(1))
+            if weights is not None:
+                nll = weights[sl].unsqueeze(1) * nll
             total = total + nll.sum()
+        if weights is not None:
+            return to_float(total) / (to_float(weights.sum()) * Yv.shape[1])
         return to_float(total) / Yv.numel()
     return score
 
 
-def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=()):
+def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights=None):
     """Standardised leave-one-out residuals (n x C) of the rows, in row blocks.
 
     With ``d_i = s2 + c_i`` the noise and correction of row ``i``, ``mu_i`` and ``s_i`` its
@@ -317,6 +363,9 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=()):
     together: with ``S`` their posterior latent covariance and ``D`` their noise, the
     block ``B = D^-1 - D^-1 S D^-1`` of the inverse kernel gives residuals
     ``B^-1 D^-1 (y - mu)`` and covariance ``B^-1`` (a twin left in would predict its row).
+    With frequency ``weights`` a row (noise ``d_i / w_i``) is left out with all its
+    repeats, and its residual is scaled by the variance of one new observation (noise
+    ``d_i``): the leave-one-out predictive variance plus ``d_i (1 - 1/w_i)``.
     Returns ``z`` and the leave-one-out predictive variances (n,).
     """
     z = torch.empty_like(Y)  # allocated once
@@ -326,6 +375,12 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=()):
             Phi = feat(X[sl])
             mean, var_f = post.predict(Phi)
             d = s2 + correction_term(Phi, M, correction)
+            if weights is not None:  # the merged row's noise d / w; a new row's is d
+                one, d = d, d / weights[sl]
+                gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
+                var[sl] = d * d / gap + (one - d)
+                z[sl] = (Y[sl] - mean) * (d / gap).unsqueeze(1) / var[sl].sqrt().unsqueeze(1)
+                continue
             gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
             z[sl] = (Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1)
             var[sl] = d * d / gap
@@ -333,50 +388,60 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=()):
             rows = torch.as_tensor(g, device=X.device)
             Phi = feat(X[rows])
             mean, _ = post.predict(Phi)
-            dinv = (s2 + correction_term(Phi, M, correction)).reciprocal()
+            one = s2 + correction_term(Phi, M, correction)
+            dinv = one.reciprocal() if weights is None else weights[rows] / one
             B = -(dinv[:, None] * post.covariance(Phi) * dinv[None, :])
             B.diagonal().add_(dinv)
             Binv = torch.cholesky_inverse(stable_cholesky(B, context="leave-group-out")[0])
             e = Binv @ (dinv[:, None] * (Y[rows] - mean))
-            var[rows] = Binv.diagonal().clamp_min(torch.finfo(e.dtype).tiny)
+            v = Binv.diagonal()
+            if weights is not None:
+                v = v + one - one / weights[rows]
+            var[rows] = v.clamp_min(torch.finfo(e.dtype).tiny)
             z[rows] = e / var[rows].sqrt()[:, None]
     return z, var
 
 
 # ============================================================================ scale choice
-def heldout_mse(Phi, Y, k, noise, c=None):
+def heldout_mse(Phi, Y, k, noise, c=None, weights=None):
     """Mean squared error on rows ``k:`` of the posterior mean given rows ``:k`` of the
     Bayesian linear model ``Y = Phi w + e``, ``w ~ N(0, I)``, ``e_i ~ N(0, noise + c_i)``:
     the weighted statistics and posterior (weights ``1 / (noise + c_i)``, unit prior),
-    O(n r^2)."""
+    O(n r^2). Frequency ``weights`` multiply the row weights and weight the mean."""
     d = torch.full((k,), noise, dtype=Phi.dtype, device=Phi.device)
     if c is not None:
         d = d + c[:k]
-    G, B = blr_stats(Phi[:k], Y[:k], d.reciprocal())
+    rw = d.reciprocal() if weights is None else weights[:k] / d
+    G, B = blr_stats(Phi[:k], Y[:k], rw)
     mean = blr_posterior(G, B, 1.0, context="held-out noise floor").mean
-    return float((Y[k:] - Phi[k:] @ mean).square().mean())
+    err = (Y[k:] - Phi[k:] @ mean).square()
+    if weights is None:
+        return float(err.mean())
+    return float((weights[k:, None] * err).sum() / (weights[k:].sum() * err.shape[1]))
 
 
-def choose_scales(Phi, Y, c, noise, k, noise_lower_bound):
+def choose_scales(Phi, Y, c, noise, k, noise_lower_bound, weights=None):
     """``(prior_scale, noise)`` maximising the exact evidence of the kernel
     ``a (Phi Phi^T + diag(c)) + noise I``: of all rows, or with ``k`` the evidence of rows
     ``k:`` given rows ``:k`` (held out), the noise then floored at the larger of
     :data:`HELDOUT_NOISE_FLOOR` times their mean squared error under the trained model and
     the noise that the evidence of all rows chooses (a small validation split that misses
     the outliers of heavy-tailed noise would otherwise send the held-out choice far below
-    it)."""
-    ev = DiagNoiseEvidence(Phi, Y, c)  # the O(n r^2) statistics, formed once
+    it). ``weights``: frequency weights of the rows."""
+    w = weights
+    ev = DiagNoiseEvidence(Phi, Y, c, w)  # the O(n r^2) statistics, formed once
     cond, floor = None, noise_lower_bound
     if k is not None:
-        cond = DiagNoiseEvidence(Phi[:k], Y[:k], None if c is None else c[:k])
-        floor = max(floor, HELDOUT_NOISE_FLOOR * heldout_mse(Phi, Y, k, noise, c))
+        cond = DiagNoiseEvidence(Phi[:k], Y[:k], None if c is None else c[:k],
+                                 None if w is None else w[:k])
+        floor = max(floor, HELDOUT_NOISE_FLOOR * heldout_mse(Phi, Y, k, noise, c, w))
         floor = max(floor, blr_fit_scales(ev, 1.0, noise,
                                           noise_lower_bound=noise_lower_bound)[1])
     return blr_fit_scales(ev, 1.0, max(noise, floor), condition=cond,
                           noise_lower_bound=floor)
 
 
-def select_scales(feat, X, Y, s2, correction, k, noise_lower_bound, chunk):
+def select_scales(feat, X, Y, s2, correction, k, noise_lower_bound, chunk, weights=None):
     """:func:`choose_scales` on the features of ``(X, Y)`` (in float64 always), with the
     kernel of the model that predicts: ``Phi Phi^T + diag(M - |phi_i|^2)`` with the
     correction (eq. 12). ``k``: the number of training rows (the rest held out), or None
@@ -384,11 +449,12 @@ def select_scales(feat, X, Y, s2, correction, k, noise_lower_bound, chunk):
     Phi = features(feat, X, chunk).double()
     kappa = Phi.square().sum(1)
     c = (kappa.max() - kappa) if correction else None
-    return choose_scales(Phi, Y.double(), c, s2, k, noise_lower_bound)
+    return choose_scales(Phi, Y.double(), c, s2, k, noise_lower_bound,
+                         None if weights is None else weights.double())
 
 
 def condition_exact(net, scale, X, Y, s2, correction, k, selection, noise_lower_bound, chunk,
-                    context="DBK"):
+                    context="DBK", weights=None):
     """The exact model after training, with the network fixed: the prior scale ``a`` and the
     noise chosen by ``selection`` (``"heldout"``: the evidence of rows ``k:`` given rows
     ``:k``, or of all rows when ``k`` is None; ``"evidence"``: of all rows; None: ``a = 1``
@@ -396,18 +462,20 @@ def condition_exact(net, scale, X, Y, s2, correction, k, selection, noise_lower_
 
     Returns ``(scale * sqrt(a), a, noise, posterior, M, log_evidence)``, the log evidence
     (eq. 5) of all rows at ``a`` and that noise; ``noise`` is a tensor like ``s2``.
+    ``weights``: frequency weights of the rows (a row of weight ``w`` has noise
+    ``noise / w``, as if repeated ``w`` times).
     """
     feat = scaled_features(net, scale)
     a, s2_new = 1.0, float(s2)
     if selection is not None:
         a, s2_new = select_scales(feat, X, Y, s2_new, correction,
                                   k if selection == "heldout" else None, noise_lower_bound,
-                                  chunk)
-    log_ev = evidence(feat, X, Y, chunk)(a, s2_new)
+                                  chunk, weights)
+    log_ev = evidence(feat, X, Y, chunk, weights)(a, s2_new)
     scale = scale * math.sqrt(a)
     noise = torch.tensor(s2_new, dtype=X.dtype, device=X.device)
     post, M = exact_posterior(scaled_features(net, scale), X, Y, noise, correction, chunk,
-                              context=context)
+                              context=context, weights=weights)
     return scale, a, noise, post, M, log_ev
 
 

@@ -195,16 +195,21 @@ def kl_factor(epoch, max_iter, ml_frac, anneal_frac, weight):
 class AnnealedELBO:
     """The training loss of a FiD-GP network: the (weighted, label-smoothed) cross-entropy of
     a batch under one weight draw plus ``kappa KL / n``, ``kappa`` set per epoch by
-    :meth:`set_kappa`.
+    :meth:`set_kappa`. ``class_weight`` weighs the classes as ``torch``'s cross-entropy
+    does; ``row_weights`` (mean 1, class weights folded in) weigh the rows instead, with
+    ``n`` the rows' frequency sum.
 
     ``graphs``: the step is captured as a CUDA graph, so the KL is always computed and
     ``kappa`` is read from a device tensor (one graph serves every epoch's weight).
     """
 
     def __init__(self, net, Xt, yt, gen, *, class_weight=None, label_smoothing=0.0,
-                 sampling="matheron", graphs=False):
+                 sampling="matheron", graphs=False, row_weights=None, n=None):
         self.net, self.Xt, self.yt, self.gen = net, Xt, yt, gen
-        self.n = Xt.shape[0]
+        self.n = Xt.shape[0] if n is None else n
+        # per-row weights of mean 1 (sample and class weights multiplied): the batch loss is
+        # the mean of the weighted cross-entropies, an unbiased estimate of the weighted mean
+        self.rw = None if row_weights is None else as_tensor(row_weights, Xt.device, Xt.dtype)
         self.cw = None if class_weight is None else as_tensor(class_weight, Xt.device,
                                                                Xt.dtype)
         self.label_smoothing, self.sampling, self.graphs = label_smoothing, sampling, graphs
@@ -220,7 +225,12 @@ class AnnealedELBO:
         net = self.net
         xb, yb = self.Xt[rows], self.yt[rows]
         logits = net.apply(xb, net.sample_weights(self.gen, self.sampling))
-        out = F.cross_entropy(logits, yb, weight=self.cw, label_smoothing=self.label_smoothing)
+        if self.rw is None:
+            out = F.cross_entropy(logits, yb, weight=self.cw,
+                                  label_smoothing=self.label_smoothing)
+        else:
+            out = (self.rw[rows] * F.cross_entropy(logits, yb, reduction="none",
+                                                   label_smoothing=self.label_smoothing)).mean()
         if self.kappa > 0 or self.graphs:
             out = out + (self.kappa_t if self.graphs else self.kappa) * net.kl() / self.n
         return out

@@ -110,21 +110,35 @@ def subsample_rows(n, subsample, r, rng, context="Rich-BLL", stacklevel=2):
     return np.sort(rng.choice(n, k, replace=False))
 
 
-def mean_squared_error(f, Y):
-    """``mean((f - Y)^2)`` as a float."""
-    return to_float((f.reshape(-1, 1) - Y).square().mean())
+def mean_squared_error(f, Y, weights=None):
+    """``mean((f - Y)^2)`` as a float (the ``weights``-weighted mean when given)."""
+    err = (f.reshape(-1, 1) - Y).square()
+    if weights is None:
+        return to_float(err.mean())
+    return to_float((weights.reshape(-1, 1) * err).sum() / weights.sum())
 
 
-def mse_objective(net, X, Y):
+def mse_objective(net, X, Y, weights=None):
     """The training loss ``loss(rows, epoch)``: the mean-squared error of ``net`` on ``rows``
-    of ``(X, Y)``."""
-    def loss(rows, epoch):
-        return (net(X[rows]).reshape(-1, 1) - Y[rows]).square().mean()
-    return loss
+    of ``(X, Y)``; with ``weights`` (normalised to mean 1 over the rows), the mean of the
+    weighted squared errors, an unbiased estimate of the weighted MSE of every row."""
+    if weights is None:
+        def loss(rows, epoch):
+            return (net(X[rows]).reshape(-1, 1) - Y[rows]).square().mean()
+        return loss
+    w = (weights / weights.mean()).reshape(-1, 1)
+
+    def weighted_loss(rows, epoch):
+        return (w[rows] * (net(X[rows]).reshape(-1, 1) - Y[rows]).square()).mean()
+    return weighted_loss
 
 
-def rmse_score(net, X, Y):
-    """``validate()``: the root-mean-squared error of ``net`` on ``(X, Y)`` as a float."""
+def rmse_score(net, X, Y, weights=None):
+    """``validate()``: the root-mean-squared error of ``net`` on ``(X, Y)`` as a float (the
+    root of the ``weights``-weighted mean when given)."""
+    if weights is not None:
+        return lambda: math.sqrt(mean_squared_error(net(X), Y, weights))
+
     def validate():
         return to_float((net(X).reshape(-1, 1) - Y).square().mean().sqrt())
     return validate
@@ -141,10 +155,13 @@ class LastLayerPosterior:
     log_evidence: float
 
 
-def _gram_stats(net, body_names, X, Phi, Y, with_body):
-    """``(G, B)`` = ``(J^T J, J^T Y)`` for the features ``J = [phi_m, phi_r]`` (or
-    ``phi_r`` alone), accumulated over row blocks."""
+def _gram_stats(net, body_names, X, Phi, Y, with_body, weights=None):
+    """``(G, B)`` = ``(J^T W J, J^T W Y)`` for the features ``J = [phi_m, phi_r]`` (or
+    ``phi_r`` alone), accumulated over row blocks; ``W`` the row ``weights`` (or I)."""
     if not with_body:
+        if weights is not None:
+            PW = Phi * weights[:, None]
+            return PW.T @ Phi, PW.T @ Y
         return Phi.T @ Phi, Phi.T @ Y
     p = count_parameters(net, body_names) + Phi.shape[1]
     G = torch.zeros(p, p, dtype=F64, device=X.device)
@@ -152,8 +169,9 @@ def _gram_stats(net, body_names, X, Phi, Y, with_body):
     chunk = rows_per_block(p - Phi.shape[1])
     for start, J in body_jacobians(net, body_names, X, chunk):
         Jp = torch.cat([J.to(F64), Phi[start:start + J.shape[0]]], dim=1)
-        G += Jp.T @ Jp
-        B += Jp.T @ Y[start:start + J.shape[0]]
+        JW = Jp if weights is None else Jp * weights[start:start + J.shape[0], None]
+        G += JW.T @ Jp
+        B += JW.T @ Y[start:start + J.shape[0]]
     return G, B
 
 
@@ -169,7 +187,8 @@ def _cross_moment(net, body_names, X, Phi, sketch):
 
 
 def fit_last_layer(net, body_names, X, Phi, Y, *, kind, rows=None, ridge=1e-4, noise=None,
-                   noise_floor=1e-8, prior_variance=None, sketch=None, context="Rich-BLL"):
+                   noise_floor=1e-8, prior_variance=None, sketch=None, context="Rich-BLL",
+                   weights=None):
     """The post-hoc stage: the last layer's posterior on the rows ``rows`` (None: all).
 
     Parameters
@@ -188,14 +207,24 @@ def fit_last_layer(net, body_names, X, Phi, Y, *, kind, rows=None, ridge=1e-4, n
         below ``noise_floor``).
     sketch : callable or None
         ``J -> J P`` (a :class:`~._jacobian.GaussianSketch`) for the cross-moment of "rich".
+    weights : tensor of shape (n,) or None
+        Frequency weights of the rows: every Gram matrix and moment is that of row ``i``
+        repeated ``w_i`` times (its noise ``noise / w_i``), ``n`` their sum.
     """
     n = X.shape[0]
+    w = None if weights is None else weights.to(F64)
     if rows is not None:
         idx = torch.as_tensor(rows, device=X.device)
         X, Phi, Y = X[idx], Phi[idx], Y[idx]
     Phi, Y = Phi.to(F64), Y.to(F64)
-    n_scale = n / X.shape[0]
-    yy = n_scale * to_float(Y.square().sum())
+    if w is None:
+        n_scale = n / X.shape[0]
+        yy = n_scale * to_float(Y.square().sum())
+    else:
+        n = to_float(w.sum())
+        w = w if rows is None else w[idx]
+        n_scale = n / to_float(w.sum())
+        yy = n_scale * to_float((w[:, None] * Y.square()).sum())
 
     def scales(G, B):
         """(prior variance, noise, log evidence) for the features with Gram ``G``."""
@@ -207,17 +236,19 @@ def fit_last_layer(net, body_names, X, Phi, Y, *, kind, rows=None, ridge=1e-4, n
                               fix_noise=noise is not None, prior_var_starts=(1e-2, 1e2))
         return s, v, ev(s, v)
 
-    G_S, B_S = _gram_stats(net, body_names, X, Phi, Y, False)
+    G_S, B_S = _gram_stats(net, body_names, X, Phi, Y, False, w)
     L = None
     if kind == "ntk":
-        G, B = _gram_stats(net, body_names, X, Phi, Y, True)
+        G, B = _gram_stats(net, body_names, X, Phi, Y, True, w)
         s, v, ev = scales(G, B)
         T = posterior_factor(G, None, v, n_scale, s, context)
     elif kind == "bll" or count_parameters(net, body_names) == 0:
         s, v, ev = scales(G_S, B_S)
         T = posterior_factor(G_S, None, v, n_scale, s, context)
     else:
-        AtA = projection_gram(_cross_moment(net, body_names, X, Phi, sketch), G_S, ridge)
+        AtA = projection_gram(_cross_moment(net, body_names, X,
+                                            Phi if w is None else Phi * w[:, None], sketch),
+                              G_S, ridge)
         eye = torch.eye(G_S.shape[0], dtype=F64, device=G_S.device)
         L, _ = stable_cholesky(eye + AtA, context=f"{context}: I + A^T A")
         s, v, ev = scales(L.T @ G_S @ L, L.T @ B_S)
