@@ -38,7 +38,9 @@ CASES = [
 ]
 
 
-def _child(name, method, rows):
+def _fitted(name):
+    """``(model, rng)``: ``name`` fitted at its defaults on the benchmark's 200 x 3 rows, on
+    one thread."""
     import numpy as np
     import torch
 
@@ -50,7 +52,13 @@ def _child(name, method, rows):
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(200)
     if "Classifier" in name:
         y = (y > 0).astype(int)
-    model = getattr(skbnngp, name)(random_state=0, device="cpu").fit(X, y)
+    return getattr(skbnngp, name)(random_state=0, device="cpu").fit(X, y), rng
+
+
+def _child(name, method, rows):
+    import numpy as np
+
+    model, rng = _fitted(name)
     getattr(model, method)(rng.normal(size=(1000, 3)))
     Xbig = rng.normal(size=(rows, 3))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -66,18 +74,7 @@ def _child(name, method, rows):
 def _time_child(name, rows):
     """Fit ``name`` once at its defaults; print the best of three timed predictions of
     every method of CASES it has (after a warm-up)."""
-    import numpy as np
-    import torch
-
-    import skbnngp
-
-    torch.set_num_threads(1)
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(200, 3))
-    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(200)
-    if "Classifier" in name:
-        y = (y > 0).astype(int)
-    model = getattr(skbnngp, name)(random_state=0, device="cpu").fit(X, y)
+    model, rng = _fitted(name)
     Xbig = rng.normal(size=(rows, 3))
     out = []
     for method in [m for n, m in CASES if n == name]:
