@@ -15,6 +15,10 @@ Every model is ``Pipeline([StandardScaler(), model])``. Data: the embedded ``iri
 ``breast_cancer`` and ``digits``, and two synthetic sets: ``overlap`` (3 classes,
 ``make_classification(600, 6, n_informative=4, class_sep=0.5)``) and ``imbalanced`` (binary,
 1:20, ``make_classification(1050, 8, n_informative=4, weights=[20/21])``).
+``--small-multiclass`` (issue 52) runs instead three small sets with 6-10 classes, on which
+FiD-GP's held-out temperature sees a handful of rows per class: ``digits6_214`` (digits 0-5,
+214 rows drawn at random), ``digits_300`` (300 stratified rows of the ten digits) and
+``mc6_300`` (``make_classification(300, 20, n_informative=6, n_classes=6)``), 3 folds.
 ``StratifiedKFold(5, shuffle=True, random_state=0)`` (``--fold-seed`` for other splits, a
 check of the defaults on splits they were not chosen on). Metrics: accuracy, NLL (log loss),
 multi-class Brier score, top-label ECE with 15 equal-width bins, fit time.
@@ -45,6 +49,8 @@ Usage::
 
     python benchmarks/bench_classification.py --quick     # a few minutes on one core
     python benchmarks/bench_classification.py --jobs 2    # the full run
+    python benchmarks/bench_classification.py --small-multiclass --models fidgp lr \
+        --out benchmarks/results/bench_classification_small_multiclass
 
 Only the full run writes ``benchmarks/results/bench_classification.{md,json}``; ``--quick`` and
 subsets write only when ``--out`` is given.
@@ -84,6 +90,9 @@ from baselines import (  # noqa: E402
 from skbnngp.metrics import expected_calibration_error  # noqa: E402 (after _harness's path)
 
 SETS = ("iris", "wine", "breast_cancer", "digits", "overlap", "imbalanced")
+#: Small multi-class sets (``--small-multiclass``; issue 52): a few hundred rows, 6-10 classes,
+#: so that the held-out calibration split has a handful of rows per class.
+SMALL_SETS = ("digits6_214", "digits_300", "mc6_300")
 MODELS = ("stpc", "fidgp", "lr", "gpc", "mlp", "ensemble")
 #: Ablations (``--models`` only; not in the full run): name -> (model, parameters) or
 #: (model, parameters, private settings of the model's module, patched during its fit)
@@ -196,6 +205,19 @@ def load(name):
 
     if name in ("iris", "wine", "breast_cancer", "digits"):
         X, y = load_dataset(name, return_X_y=True)
+    elif name == "digits6_214":  # digits 0-5, 214 rows drawn at random (a glass-sized set)
+        X, y = load_dataset("digits", return_X_y=True)
+        keep = np.flatnonzero(y < 6)
+        X, y = X[keep], y[keep]
+        keep = np.sort(np.random.default_rng(0).choice(len(y), 214, replace=False))
+        X, y = X[keep], y[keep]
+    elif name == "digits_300":  # 300 rows of the ten digits, stratified
+        from sklearn.model_selection import train_test_split
+
+        X, y = load_dataset("digits", return_X_y=True)
+        _, X, _, y = train_test_split(X, y, test_size=300, stratify=y, random_state=0)
+    elif name == "mc6_300":
+        X, y = make_classification(300, 20, n_informative=6, n_classes=6, random_state=0)
     elif name == "overlap":
         X, y = make_classification(600, 6, n_informative=4, n_redundant=0, n_classes=3,
                                    n_clusters_per_class=1, class_sep=0.5, random_state=0)
@@ -427,7 +449,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="2 folds on iris, wine and overlap")
-    ap.add_argument("--sets", nargs="+", choices=SETS)
+    ap.add_argument("--small-multiclass", action="store_true",
+                    help="3 folds on the small multi-class sets (SMALL_SETS), FiD-GP and the "
+                         "baselines; writes only with --out")
+    ap.add_argument("--sets", nargs="+", choices=SETS + SMALL_SETS)
     ap.add_argument("--models", nargs="+", choices=MODELS + tuple(VARIANTS))
     ap.add_argument("--jobs", type=int, default=1, help="fits run in parallel (joblib)")
     ap.add_argument("--out", help="output stem (writes OUT.md and OUT.json)")
@@ -440,10 +465,12 @@ def main(argv=None):
                     help="StratifiedKFold's random_state: another seed checks the defaults "
                          "on splits they were not chosen on (never the stored report)")
     args = ap.parse_args(argv)
-    full = not (args.quick or args.sets or args.models or args.fold_seed)
-    sets = args.sets or (["iris", "wine", "overlap"] if args.quick else list(SETS))
+    full = not (args.quick or args.sets or args.models or args.fold_seed
+                or args.small_multiclass)
+    sets = args.sets or (["iris", "wine", "overlap"] if args.quick else
+                         list(SMALL_SETS) if args.small_multiclass else list(SETS))
     models = args.models or list(MODELS)
-    folds = 2 if args.quick else 5
+    folds = 2 if args.quick else 3 if args.small_multiclass else 5
 
     start = time.perf_counter()
     tasks = build_tasks(sets, models, folds, args.fold_seed)

@@ -131,7 +131,8 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         or the output layer when no hidden layer is one.
     calibration : {"auto", "temperature"} or None, default="auto"
         ``"temperature"``: a stratified ``validation_fraction`` of the rows is held out, and
-        one ``T`` (``temperature_``, with a ``N(0, 0.5^2)`` prior on ``log T``) is fitted by
+        one ``T`` (``temperature_``, with a Gaussian prior on ``log T`` of std 0.5 below 0
+        and 1 above, whose weight shrinks as held-out rows grow) is fitted by
         their NLL; the probabilities then average ``softmax(logits / T)`` over the draws
         (each draw's class does not depend on ``T``); ``refit`` says what happens to the
         held-out rows. ``"auto"``: ``"temperature"`` when every class has at least

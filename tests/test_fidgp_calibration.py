@@ -11,8 +11,10 @@ from sklearn.datasets import load_iris
 from skbnngp import FiDGPClassifier, _fidgp
 from skbnngp._backend._calibration import (
     LOG_T_PRIOR_SD,
+    LOG_T_PRIOR_SD_ABOVE,
     LOG_T_RANGE,
     fit_temperature,
+    log_temperature_prior,
     tempered_nll,
 )
 from skbnngp._base import collapse_rows
@@ -97,6 +99,42 @@ def test_temperature_prior_keeps_t_away_from_zero_when_validation_is_all_right()
     assert 0.2 < t < 1
 
 
+def _overconfident(n, seed=3, t_true=2.5):
+    """Logits (1, n, 4) and labels drawn from softmax(logits / t_true): an over-confident
+    predictive whose plain fit is near ``t_true``."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(1, n, 4)) * 3
+    p = _softmax(z[0] / t_true)
+    return z, (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
+
+
+def test_log_temperature_prior_is_wider_above_one():
+    assert log_temperature_prior(0.0) == 0.0
+    assert log_temperature_prior(-0.7) == pytest.approx(0.5 * 0.49 / LOG_T_PRIOR_SD**2)
+    assert log_temperature_prior(0.7) == pytest.approx(0.5 * 0.49 / LOG_T_PRIOR_SD_ABOVE**2)
+    assert LOG_T_PRIOR_SD_ABOVE > LOG_T_PRIOR_SD
+    assert log_temperature_prior(0.7, 0.5, None) == 0.0
+
+
+def test_temperature_of_few_rows_is_pulled_toward_one_and_of_many_is_the_plain_fit():
+    # few held-out rows (a handful per class): the posterior mode lies strictly between 1
+    # and the plain fit, and nearer the plain fit than the symmetric N(0, 0.5^2) prior's
+    z, y = _overconfident(24)
+    t_mle, _ = fit_temperature(z, y, prior_sd=None)
+    t, _ = fit_temperature(z, y)
+    t_sym, _ = fit_temperature(z, y, prior_sd_above=LOG_T_PRIOR_SD)
+    assert 1 < t_sym < t < t_mle
+    # the same rows repeated: the prior's weight per row falls as 1 / n and the mode
+    # converges to the plain fit (the relative shift in log T is about sd^-2 / (n I))
+    zz, yy = np.tile(z, (1, 200, 1)), np.tile(y, 200)
+    t_many, _ = fit_temperature(zz, yy)
+    assert t_many == pytest.approx(t_mle, rel=2e-3)
+    # and the mode solves the posterior on a grid
+    grid = np.linspace(*LOG_T_RANGE, 4001)
+    obj = [tempered_nll(z, y, np.exp(v)) + log_temperature_prior(v) / 24 for v in grid]
+    assert abs(np.log(t) - grid[int(np.argmin(obj))]) < 2 * (grid[1] - grid[0])
+
+
 def test_auto_batch_size_caps_the_steps_per_epoch():
     assert train_batch_size("auto", 50) == 50
     assert train_batch_size("auto", 800) == 100
@@ -148,11 +186,11 @@ def test_fitted_temperature_is_the_validation_minimiser(fitted):
                               clf._predict_seed).numpy()
     n_val = w[val].sum()
     grid = np.linspace(*LOG_T_RANGE, 801)
-    obj = [tempered_nll(logits, y[val], np.exp(v), w[val])
-           + 0.5 * v * v / (LOG_T_PRIOR_SD**2 * n_val) for v in grid]
+    obj = [tempered_nll(logits, y[val], np.exp(v), w[val]) + log_temperature_prior(v) / n_val
+           for v in grid]
     v = np.log(clf.temperature_)
-    mine = tempered_nll(logits, y[val], clf.temperature_, w[val]) + 0.5 * v * v / (
-        LOG_T_PRIOR_SD**2 * n_val)
+    mine = tempered_nll(logits, y[val], clf.temperature_, w[val]) \
+        + log_temperature_prior(v) / n_val
     assert mine <= min(obj) + 1e-9
     assert clf.validation_nll_ == pytest.approx(tempered_nll(logits, y[val], clf.temperature_,
                                                              w[val]))

@@ -204,9 +204,14 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
 # ---------------------------------------------------------------------- temperature scaling
 #: Range of ``log T`` searched by :func:`fit_temperature`.
 LOG_T_RANGE = (np.log(0.05), np.log(20.0))
-#: Prior std of ``log T`` (a N(0, sd^2) prior): with every validation row classified right
-#: the likelihood alone drives ``T`` to 0.
+#: Prior std of ``log T`` below 0 (sharpening, ``T < 1``; a half-Gaussian there): with every
+#: validation row classified right the likelihood alone drives ``T`` to 0.
 LOG_T_PRIOR_SD = 0.5
+#: Prior std of ``log T`` above 0 (softening, ``T > 1``): wider, since there the likelihood
+#: is bounded (``log K`` a row as ``T`` grows) and every misclassified row measures ``T``; a
+#: narrow prior held the temperature of over-confident networks on a handful of held-out
+#: rows per class too near 1.
+LOG_T_PRIOR_SD_ABOVE = 1.0
 
 
 def tempered_nll(logits, y, temperature, weights=None):
@@ -224,17 +229,33 @@ def tempered_nll(logits, y, temperature, weights=None):
     return float(-np.mean(ll))
 
 
-def fit_temperature(logits, y, prior_sd=LOG_T_PRIOR_SD, weights=None):
-    """The temperature of largest posterior: validation NLL (summed) plus a
-    ``N(0, prior_sd^2)`` prior on ``log T`` (None: none), over ``log T`` in
-    :data:`LOG_T_RANGE`; returns ``T`` and the validation NLL (mean) at ``T``. ``weights``:
-    frequency weights of the rows (the NLL of each counted ``w_i`` times, ``n = sum w``)."""
+def log_temperature_prior(v, prior_sd=LOG_T_PRIOR_SD, prior_sd_above=LOG_T_PRIOR_SD_ABOVE):
+    """Negative log prior (up to a constant) of ``v = log T``: ``v^2 / (2 sd^2)`` with ``sd
+    = prior_sd`` below 0 and ``prior_sd_above`` above (None: no prior on that side). Its
+    weight against the summed validation NLL is fixed, so it shrinks per held-out row as
+    the rows grow."""
+    sd = prior_sd if v < 0 else prior_sd_above
+    return 0.0 if sd is None else 0.5 * v * v / (sd * sd)
+
+
+def fit_temperature(logits, y, prior_sd=LOG_T_PRIOR_SD, prior_sd_above=LOG_T_PRIOR_SD_ABOVE,
+                    weights=None):
+    """The temperature of largest posterior: validation NLL (summed) plus the prior of
+    :func:`log_temperature_prior` on ``log T`` (``prior_sd=None``: no prior on either side,
+    the plain maximum-likelihood fit), over ``log T`` in :data:`LOG_T_RANGE`; returns ``T``
+    and the validation NLL (mean) at ``T``. ``weights``: frequency weights of the rows (the
+    NLL of each counted ``w_i`` times, ``n = sum w``)."""
     from scipy.optimize import minimize_scalar
 
     n = np.asarray(logits).shape[1] if weights is None else float(np.sum(weights))
-    penalty = 0.0 if prior_sd is None else 0.5 / (prior_sd * prior_sd * n)
-    res = minimize_scalar(lambda v: tempered_nll(logits, y, np.exp(v), weights)
-                          + penalty * v * v,
-                          bounds=LOG_T_RANGE, method="bounded", options={"xatol": 1e-4})
+    if prior_sd is None:
+        prior_sd_above = None
+
+    def objective(v):
+        return (tempered_nll(logits, y, np.exp(v), weights)
+                + log_temperature_prior(v, prior_sd, prior_sd_above) / n)
+
+    res = minimize_scalar(objective, bounds=LOG_T_RANGE, method="bounded",
+                          options={"xatol": 1e-4})
     t = float(np.exp(res.x))
     return t, tempered_nll(logits, y, t, weights)
