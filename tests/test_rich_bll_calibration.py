@@ -284,9 +284,9 @@ def test_student_t_gaussian_residuals_keep_a_gaussian(monkeypatch):
     # no tails beyond the Gaussian's, at the posterior's own scale: the predictive stays a
     # normal, with the factor of "gaussian"
     monkeypatch.setattr("skbnngp._backend._calibration.fit_t_df",
-                        lambda z, max_df=np.inf, min_df=1.0: np.inf)
+                        lambda z, max_df=np.inf, min_df=1.0, weights=None: np.inf)
     monkeypatch.setattr("skbnngp._backend._calibration.fit_t",
-                        lambda z, max_df=np.inf, min_df=1.0: (np.inf, 1.0))
+                        lambda z, max_df=np.inf, min_df=1.0, weights=None: (np.inf, 1.0))
     X, y = _heteroscedastic()
     reg = RichBLLRegressor(calibration="student_t", **SMALL).fit(X, y)
     cal = RichBLLRegressor(calibration="gaussian", **SMALL).fit(X, y)
