@@ -102,7 +102,7 @@ def model(name, n_features):
     return make_pipeline(StandardScaler(), est)
 
 
-def calibration_section(sets, folds):
+def calibration_section(sets, folds, models=REGRESSORS + ("sklearn_gp",), fold_seed=FOLD_SEED):
     from sklearn.model_selection import KFold
 
     from skbnngp.metrics import regression_calibration_error
@@ -111,8 +111,8 @@ def calibration_section(sets, folds):
     rows = []
     for ds in sets:
         X, y = load(ds)
-        cv = KFold(folds, shuffle=True, random_state=FOLD_SEED)
-        for name in REGRESSORS + ("sklearn_gp",):
+        cv = KFold(folds, shuffle=True, random_state=fold_seed)
+        for name in models:
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -170,7 +170,7 @@ def conformal_section(sets, n_splits, folds, wrapped):
     return rows, CrossConformalRegressor is not None
 
 
-def report(calib, conf, has_mapie, args, seconds):
+def report(calib, conf, has_mapie, args, seconds, argv=None):
     import sklearn
     import torch
 
@@ -180,6 +180,8 @@ def report(calib, conf, has_mapie, args, seconds):
     mode = ("**Quick mode** (`--quick`): 2 small sets, 3 folds, 2 splits, conformal around "
             "the Student-t process only. The full run is pending." if args.quick else
             "Full run.")
+    if argv:
+        mode += f" Arguments: `{' '.join(argv)}`."
     lines += [mode, "",
               (f"Written by `benchmarks/bench_intervals.py{' --quick' if args.quick else ''}` "
               f"in {seconds / 60:.1f} min; {platform.machine()}, {os.cpu_count()} cores "
@@ -191,14 +193,14 @@ def report(calib, conf, has_mapie, args, seconds):
     models = list(dict.fromkeys(r["model"] for r in calib))
     lines += ["## 1. Calibration error over the levels 0.05...0.95 (lower is better)", "",
               (f"Out-of-fold predictives ({args.folds}-fold `KFold(shuffle=True, "
-               f"random_state={FOLD_SEED})`), mean |observed - nominal| coverage of the "
+               f"random_state={args.fold_seed})`), mean |observed - nominal| coverage of the "
                "central intervals at 19 levels. **Bold**: at most sklearn's GP's."), "",
               "| data set | " + " | ".join(models) + " |",
               "|---" * (len(models) + 1) + "|"]
     wins = dict.fromkeys(models, 0)
     for ds in sets:
         val = {r["model"]: r["calibration_error"] for r in calib if r["dataset"] == ds}
-        ref = val["sklearn_gp"]
+        ref = val.get("sklearn_gp", -np.inf)
         cells = []
         for m in models:
             good = m != "sklearn_gp" and val[m] <= ref
@@ -208,6 +210,8 @@ def report(calib, conf, has_mapie, args, seconds):
     lines += ["", "Sets where each regressor's calibration error is at most sklearn's GP's: "
               + ", ".join(f"{m} {wins[m]}/{len(sets)}" for m in models if m != "sklearn_gp")
               + ".", ""]
+    if not conf:
+        return "\n".join(lines) + "\n"
     lines += ["## 2. Conformal coverage and width at 80 / 90 / 95 %", "",
               f"Mean over {args.splits} random 75/25 splits of the test coverage and the mean "
               f"interval width (in y's units), CV+ with {args.folds} folds for every method."
@@ -228,14 +232,28 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(RESULTS / "intervals"))
+    ap.add_argument("--sections", nargs="+", choices=("calibration", "conformal"),
+                    default=("calibration", "conformal"))
+    ap.add_argument("--sets", nargs="+", choices=FULL_SETS, default=None,
+                    help="data sets (default: all, or the quick ones)")
+    ap.add_argument("--models", nargs="+", choices=REGRESSORS + ("sklearn_gp",),
+                    default=None, help="section 1's regressors (default: all)")
+    ap.add_argument("--folds", type=int, default=None, help="default: 3 quick, 5 full")
+    ap.add_argument("--fold-seed", type=int, default=FOLD_SEED,
+                    help="section 1's fold seed (tune on others than the default)")
     args = ap.parse_args(argv)
-    sets = QUICK_SETS if args.quick else FULL_SETS
-    args.folds, args.splits = (3, 2) if args.quick else (5, 20)
+    sets = args.sets or (QUICK_SETS if args.quick else FULL_SETS)
+    folds, args.splits = (3, 2) if args.quick else (5, 20)
+    args.folds = args.folds or folds
     wrapped = ("StudentTProcessRegressor",) if args.quick else REGRESSORS
+    models = tuple(args.models or REGRESSORS + ("sklearn_gp",))
     t0 = time.perf_counter()
-    calib = calibration_section(sets, args.folds)
-    conf, has_mapie = conformal_section(sets, args.splits, args.folds, wrapped)
-    text = report(calib, conf, has_mapie, args, time.perf_counter() - t0)
+    calib = (calibration_section(sets, args.folds, models, args.fold_seed)
+             if "calibration" in args.sections else [])
+    conf, has_mapie = (conformal_section(sets, args.splits, args.folds, wrapped)
+                       if "conformal" in args.sections else ([], False))
+    text = report(calib, conf, has_mapie, args, time.perf_counter() - t0,
+                  sys.argv[1:] if argv is None else argv)
     out = Path(args.out)
     out.with_suffix(".md").write_text(text, encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(

@@ -89,7 +89,8 @@ _GAUSSIAN = Mixing("delta", value=1.0)
 
 
 def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATION_LEVEL,
-                             max_test_df=math.inf, near_noiseless=False, weights=None):
+                             max_test_df=math.inf, near_noiseless=False, weights=None,
+                             t_shape="likelihood"):
     """``(calibration_factor, predictive_df)`` for the standardised residuals ``z``.
 
     Parameters
@@ -114,6 +115,10 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
         heavy tails are read as noise only where there is noise.
     weights : array-like of shape (n_rows,), default=None
         Frequency weights of the rows of ``z`` (a residual of weight w counts w times).
+    t_shape : {"likelihood", "levels"}, default="likelihood"
+        How ``"student_t"`` chooses the degrees of freedom: by likelihood, or by matching
+        the residuals' central intervals over the levels 0.05...0.95 (see
+        :func:`~skbnngp._backend._calibration.student_t_calibration`).
     """
     if method is None:
         return 1.0, math.inf
@@ -123,7 +128,7 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
         df, factor = student_t_calibration(z / math.sqrt(s0), level, max_df=max_df,
                                            max_test_df=max_test_df,
                                            min_df=MIN_DF_LOW_NOISE if near_noiseless else 1.0,
-                                           weights=weights)
+                                           weights=weights, shape=t_shape)
         return float(factor), float(df)
     if method == "gaussian":
         unit = reference.predictive(np.zeros(1), np.ones(1)).ppf(0.5 + level / 2)

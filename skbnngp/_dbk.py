@@ -59,6 +59,11 @@ AUTO_VALIDATION_FRACTION = {"exact": 0.25, "svi": 0.125}
 #: t fitted with it has at most this many degrees of freedom (heavy tails that inflated the
 #: noise): features learned on these rows make their residuals narrower than fresh ones.
 DBK_MAX_TEST_DF = 2.0
+#: How the Student-t calibration chooses the degrees of freedom of the leave-one-out
+#: residuals: by likelihood and the 95 % rule. The fit over the levels (``"levels"``)
+#: reads these residuals, of features learned on the same rows, as narrower than fresh
+#: ones and under-covers out-of-fold rows (benchmarks/results/intervals_levels.md).
+T_SHAPE = "likelihood"
 #: Activations per row block in the full passes over the data (8 MiB in float64).
 BLOCK_ELEMENTS = 2**20
 
@@ -516,6 +521,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                     share = weighted_median(np.minimum(to_float(s2) / v, 1.0), wn)
                     options = {} if wn is None else {"weights": wn}
                     self._fit_calibration(method, z, max_test_df=DBK_MAX_TEST_DF,
+                                          t_shape=T_SHAPE,
                                           near_noiseless=near_noiseless(
                                               z * np.sqrt(v)[:, None], to_numpy(Yall), share,
                                               weights=wn), **options)

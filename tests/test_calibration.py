@@ -257,3 +257,22 @@ def test_the_noisy_column_beside_a_noiseless_one_keeps_its_own_predictive(Est):
     cover = np.mean((Yt[:, 1] >= lo[:, 1]) & (Yt[:, 1] <= hi[:, 1]))
     cover_alone = np.mean((Yt[:, 1] >= lo1) & (Yt[:, 1] <= hi1))
     assert abs(cover - cover_alone) <= 0.06
+
+
+def test_the_levels_t_fit_recovers_a_t_and_counts_weights_as_repeats():
+    """``fit_t_levels`` matches the central intervals of a large t sample over the levels:
+    its degrees of freedom and scale come back, and integer weights equal repeated rows."""
+    from scipy import stats
+
+    from skbnngp._backend._calibration import fit_t_levels
+
+    z = stats.t.rvs(3.0, scale=2.0, size=20000, random_state=np.random.default_rng(0))
+    df, s = fit_t_levels(z)
+    assert 2.0 < df < 4.5 and s == pytest.approx(2.0, rel=0.05)
+    assert np.isinf(fit_t_levels(stats.norm.rvs(size=20000, random_state=1))[0]) or \
+        fit_t_levels(stats.norm.rvs(size=20000, random_state=1))[0] > 30
+    w = np.random.default_rng(1).integers(1, 4, size=300)
+    assert fit_t_levels(z[:300], weights=w) == pytest.approx(
+        fit_t_levels(np.repeat(z[:300], w)))
+    # a cap on the degrees of freedom is kept: a model with t tails keeps at least them
+    assert fit_t_levels(stats.norm.rvs(size=2000, random_state=2), max_df=5.0)[0] <= 5.0

@@ -157,6 +157,45 @@ def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf, min_df=1.0, weights=None):
     return float(cand[j]), math.exp(0.5 * float(phi[0, j]))
 
 
+#: Central levels over which :func:`fit_t_levels` matches the residuals' quantiles.
+T_FIT_LEVELS = np.arange(1, 20) / 20
+
+
+def fit_t_levels(z, max_df=math.inf, min_df=1.0, weights=None, levels=T_FIT_LEVELS):
+    """Degrees of freedom (the candidates of :func:`fit_t_df`, and the Gaussian when
+    ``max_df`` is infinite) and scale of the Student-t whose central intervals best match
+    the residuals' at every level of ``levels``: the ``(1 + c) / 2`` quantile of the t at
+    scale ``s`` against the ``c`` quantile of ``|z|``, in least squares on the log scale
+    (``log s`` is then the mean log ratio). A quantile (PIT) recalibration with the t's two
+    parameters, fitted over the levels rather than at one. Returns ``(df, scale)``;
+    ``(max_df, 1.0)`` without nonzero finite residuals. ``weights``: one per residual
+    (frequency weights; the quantiles are those of the repeated residuals)."""
+    z, w = _flat(z, weights)
+    a = np.abs(z)
+    if a.size == 0 or not np.any(a > 0):
+        return float(max_df), 1.0
+    order = np.argsort(a, kind="stable")
+    a = a[order]
+    wo = np.ones(a.size) if w is None else w[order]
+    c = np.cumsum(wo)
+    # the c-quantile of |z| (its empirical CDF inverted with midpoint plotting positions,
+    # interpolated): a residual of weight w spans the positions of w repeats of it
+    h = np.minimum(0.5, 0.5 * wo)
+    knots = np.column_stack([c - wo + h, c - h]).ravel()
+    q = np.interp(np.asarray(levels) * c[-1], knots, np.repeat(a, 2))
+    q = np.maximum(q, a[a > 0][0] if a[0] == 0 else 0.0)
+    cand = _df_candidates(max_df, min_df)
+    if math.isinf(max_df):
+        cand = np.append(cand, math.inf)
+    p = 0.5 + 0.5 * np.asarray(levels)
+    unit = np.array([stats.norm.ppf(p) if math.isinf(nu) else stats.t.ppf(p, nu)
+                     for nu in cand])  # (n_candidates, n_levels)
+    d = np.log(q)[None, :] - np.log(unit)
+    log_s = d.mean(axis=1)
+    j = int(np.argmin(((d - log_s[:, None]) ** 2).sum(axis=1)))
+    return float(cand[j]), float(np.exp(log_s[j]))
+
+
 #: Level of the likelihood-ratio test (one degree of freedom) under which the held-out
 #: residuals' own scale replaces the posterior's in the Student-t calibration.
 T_SCALE_TEST_LEVEL = 0.01
@@ -166,7 +205,7 @@ T_MAX_FIT_ROWS = 20000
 
 
 def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
-                          min_df=1.0, weights=None):
+                          min_df=1.0, weights=None, shape="likelihood"):
     """``(df, factor)`` of the Student-t calibration for the standardised held-out
     residuals ``z``.
 
@@ -185,9 +224,15 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
     a narrower scale is then trusted only as the bulk of heavy tails that inflated the
     model's noise estimate, not as a uniformly narrower spread, which residuals that are
     not fully out-of-sample also show. ``weights`` (one per row of ``z``) counts each
-    residual that many times, as if repeated.
+    residual that many times, as if repeated. ``shape="levels"`` takes the degrees of
+    freedom of :func:`fit_t_levels` instead (the t's central intervals matched to the
+    residuals' over the levels 0.05...0.95, not its likelihood) and its scale as the
+    factor, for residuals whose bulk and tails a likelihood fit and a 95 % rule weigh
+    badly (few, peaked and heavy-tailed).
     """
     z, w = _flat(z, weights)
+    if shape == "levels":
+        return _student_t_levels(z, w, level, max_df, max_test_df, min_df)
     stride = -(-z.size // T_MAX_FIT_ROWS) if z.size > T_MAX_FIT_ROWS else 1
     zf, wf = z[::stride], (None if w is None else w[::stride])
     df0 = fit_t_df(zf, max_df, min_df, weights=wf)
@@ -199,6 +244,16 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
             df, floor = df1, s * s
     unit = stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else stats.t.ppf(0.5 + level / 2, df)
     return df, loo_variance_factor(z, unit, level, floor=floor, weights=w)
+
+
+def _student_t_levels(z, w, level, max_df, max_test_df, min_df):
+    """:func:`student_t_calibration` with ``shape="levels"``: the degrees of freedom and
+    the squared scale of :func:`fit_t_levels`, which may fall below 1 only when those
+    degrees of freedom are at most ``max_test_df`` (as in the likelihood rule). The 95 %
+    conformal factor is not applied: it widens the central intervals that the fit over
+    the levels matched (``level`` is unused)."""
+    df, s = fit_t_levels(z, max_df, min_df, weights=w)
+    return df, (s * s if df <= max_test_df else max(s * s, 1.0))
 
 
 # ---------------------------------------------------------------------- temperature scaling
