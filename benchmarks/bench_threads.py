@@ -38,7 +38,7 @@ GRID = {"StudentTProcessRegressor": {"normalize_y": [True, False]},
         "MixedActivationGPRegressor": {"normalize_y": [True, False]},
         "DBKRegressor": {"normalize_y": [True, False]},
         "RichBLLRegressor": {"normalize_y": [True, False]},
-        "StudentTProcessClassifier": {"normalize_X": [True, False]},
+        "StudentTProcessClassifier": {"depth": [1, 2]},
         "FiDGPClassifier": {"normalize_X": [True, False]}}
 
 
