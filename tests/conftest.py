@@ -63,6 +63,14 @@ def persistence_data(name, kind="iris"):
     return X, y
 
 
+def noisy_binary(rng, n):
+    """``(X, y)``: ``n`` rows of 4 Gaussian inputs and a noisy binary label (logit
+    ``2 (x0 + x1 x2)``), the classifiers' duplicated-rows problem."""
+    X = rng.normal(size=(n, 4))
+    p = 1 / (1 + np.exp(-2 * (X[:, 0] + X[:, 1] * X[:, 2])))
+    return X, (rng.uniform(size=n) < p).astype(int)
+
+
 def predictive_outputs(est, X):
     out = {}
     if hasattr(est, "predict_proba"):

@@ -356,17 +356,11 @@ def test_duplicated_rows_keep_the_log_loss():
     log loss on fresh data stays within 0.05 of the de-duplicated fit's."""
     from sklearn.metrics import log_loss
 
-    from .conftest import FAST
+    from .conftest import FAST, noisy_binary
 
     rng = np.random.default_rng(0)
-
-    def make(n):
-        X = rng.normal(size=(n, 4))
-        p = 1 / (1 + np.exp(-2 * (X[:, 0] + X[:, 1] * X[:, 2])))
-        return X, (rng.uniform(size=n) < p).astype(int)
-
-    X, y = make(200)
-    Xt, yt = make(3000)
+    X, y = noisy_binary(rng, 200)
+    Xt, yt = noisy_binary(rng, 3000)
     losses = [log_loss(yt, FiDGPClassifier(**FAST["FiDGPClassifier"], random_state=0)
                        .fit(np.r_[X, X[:k]], np.r_[y, y[:k]]).predict_proba(Xt))
               for k in (0, 200, 140)]
