@@ -14,6 +14,7 @@ import numbers
 import warnings
 
 import numpy as np
+from scipy import stats
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -171,14 +172,19 @@ class RegressorPredictiveMixin:
         Gaussian process). The Student-t process overrides it with its posterior."""
         return Mixing("delta", value=1.0)
 
-    def _per_target(self):
-        """Whether the calibration was fitted target by target (arrays of shape (C,))."""
-        return np.ndim(self.predictive_df_) > 0 or np.ndim(self.calibration_factor_) > 0
+    def _per_target_t(self):
+        """The degrees of freedom (C,) of a per-target Student-t calibration that chose a
+        finite df for some target, or None (one shared predictive: :meth:`_mixing`).
 
-    def _target_dfs(self):
-        """``predictive_df_`` as an array of shape (C,) (a per-target calibration)."""
-        return np.broadcast_to(np.asarray(self.predictive_df_, dtype=np.float64),
-                               self._y_train_std.shape)
+        Target j is then a Student-t at the model's squared scale ``s0``
+        (:meth:`Mixing.t_reference`) with ``df[j]`` degrees of freedom, or, where its
+        calibration kept the model's shape (``inf``), the model's own t (a point mass: a
+        Gaussian; a sampled mixing is read at its mean amplitude, as the calibration read
+        it)."""
+        df = self.predictive_df_
+        if np.ndim(df) == 0 or np.all(np.isinf(df)):
+            return None
+        return np.where(np.isinf(df), self._model_mixing().t_reference()[1], df)
 
     def _target_std(self):
         """Per-target factor from the normalised to y's standard deviation: the targets'
@@ -189,61 +195,43 @@ class RegressorPredictiveMixin:
         return self._y_train_std
 
     def _mixing(self):
-        """The predictive's amplitude as a scale mixture of the Gaussian: the model's own
-        (:meth:`_model_mixing`) or, after a Student-t calibration, ``InvGamma(df/2, df s0 /
-        2)`` with ``df = predictive_df_`` (a Student-t at the model's squared scale ``s0``,
-        :meth:`Mixing.t_reference`). A per-target calibration has one per target: see
-        :meth:`_predictive_dist`."""
+        """The predictive's amplitude as a scale mixture of the Gaussian, shared by the
+        targets: the model's own (:meth:`_model_mixing`) or, after a Student-t calibration,
+        ``InvGamma(df/2, df s0 / 2)`` with ``df = predictive_df_`` (a Student-t at the
+        model's squared scale ``s0``, :meth:`Mixing.t_reference`). A per-target calibration
+        is :meth:`_per_target_t`'s."""
         mix = self._model_mixing()
         df = self.predictive_df_
-        if np.ndim(df) > 0:
-            df = np.asarray(df, dtype=np.float64)
-            if np.all(np.isinf(df)):
-                return mix
-            df = float(np.min(df))  # the heaviest target's tails (error messages only)
-        if math.isinf(df):
+        if np.all(np.isinf(df)):
             return mix
         s0 = mix.t_reference()[0]
         return Mixing("invgamma", shape=df / 2.0, scale=df / 2.0 * s0)
 
-    def _per_target_t(self):
-        """``(df, s0, model)`` of a per-target calibration that chose some finite degrees of
-        freedom: target j is a Student-t with ``df[j]`` degrees of freedom at squared scale
-        ``s0`` where ``df[j]`` is finite, and the model's own predictive where it is
-        infinite (a point mass or inverse gamma is a t of ``model``'s degrees of freedom; a
-        sampled mixing is read at its mean amplitude, as the calibration read it)."""
-        mix = self._model_mixing()
-        s0, model_df = mix.t_reference()
-        return self._target_dfs(), s0, model_df
-
     def _variance_multiplier(self):
         """Multiplier of the unit-amplitude variance: a scalar, or one per target (C,) for
         a per-target calibration; ``inf`` where the predictive is a t with df <= 2."""
-        if not self._per_target() or np.all(np.isinf(self._target_dfs())):
+        df = self._per_target_t()
+        if df is None:
             return self._mixing().mean()  # inf where df <= 2: a t without a variance
-        df, s0, model_df = self._per_target_t()
-        df = np.where(np.isinf(df), model_df, df)
+        s0 = self._model_mixing().t_reference()[0]
         with np.errstate(divide="ignore", invalid="ignore"):
-            t_mean = np.where(df > 2, s0 * df / (df - 2.0), np.inf)
-        return np.where(np.isinf(df), s0, t_mean)
+            return np.where(np.isinf(df), s0, np.where(df > 2, s0 * df / (df - 2.0), np.inf))
 
     def _predictive_dist(self, loc, std):
         """Frozen predictive at ``loc`` with unit-amplitude std ``std`` (y's units)."""
-        if not self._per_target() or np.all(np.isinf(self._target_dfs())):
+        df = self._per_target_t()
+        if df is None:
             return self._mixing().predictive(loc, std=std)
-        df, s0, model_df = self._per_target_t()
-        from scipy import stats
-
-        return stats.t(df=np.where(np.isinf(df), model_df, df), loc=loc,
-                       scale=math.sqrt(s0) * np.asarray(std))
+        s0 = self._model_mixing().t_reference()[0]
+        return stats.t(df=df, loc=loc, scale=math.sqrt(s0) * np.asarray(std))
 
     def _sample_scales(self, n_samples, rng):
         """Amplitude of each joint draw (1 for a Gaussian process; a scale mixture draws s):
         shape (n_samples,), or (C, n_samples) for a per-target calibration."""
-        if not self._per_target() or np.all(np.isinf(self._target_dfs())):
+        df = self._per_target_t()
+        if df is None:
             return self._mixing().sample(n_samples, rng)
-        df, s0, model_df = self._per_target_t()
-        df = np.where(np.isinf(df), model_df, df)
+        s0 = self._model_mixing().t_reference()[0]
         return np.stack([np.full(n_samples, s0) if math.isinf(d)
                          else s0 * d / rng.chisquare(d, size=n_samples) for d in df])
 
@@ -307,11 +295,13 @@ n_targets), optional
         finite = np.isfinite(mult)
         exists = bool(np.all(finite))
         if not exists:
-            which = "" if np.ndim(mult) == 0 else \
-                f" for target(s) {np.flatnonzero(~finite).tolist()}"
+            df, which = self.predictive_df_, ""
+            if np.ndim(mult):
+                which = f" for target(s) {np.flatnonzero(~finite).tolist()}"
+                df = np.min(np.asarray(df)[~finite])
             warnings.warn(
                 f"{type(self).__name__}: the predictive is a Student-t with "
-                f"{self._mixing().t_reference()[1]:.3g} degrees of freedom (<= 2){which}, "
+                f"{float(df):.3g} degrees of freedom (<= 2){which}, "
                 f"which has no variance, so the {'std' if return_std else 'covariance'} is "
                 "infinite there; use predict_dist(X).interval(level) for finite intervals.",
                 HeavyTailWarning, stacklevel=2)
