@@ -48,9 +48,9 @@ def test_dominance_for_any_projection(seed):
     Phi_r, Phi_m, Ps, g = _features(seed)
     G = Phi_r.T @ Phi_r
     noise = 0.05 + float(torch.rand(1, generator=g))
+    A = 10 * torch.randn(7, 5, generator=g, dtype=DT)
     for AtA in (projection_gram(Phi_m.T @ Phi_r, G, 0.0),
-                projection_gram(Phi_m.T @ Phi_r, G, 1.0),
-                (lambda A: A.T @ A)(10 * torch.randn(7, 5, generator=g, dtype=DT))):
+                projection_gram(Phi_m.T @ Phi_r, G, 1.0), A.T @ A):
         for scale in (1.0, 3.0):
             rich = posterior_factor(G, AtA, noise, n_scale=scale)
             bll_s = posterior_factor(G, None, noise, n_scale=scale)
@@ -107,7 +107,8 @@ def test_limits_and_bll_closed_form():
     torch.testing.assert_close(_var(posterior_factor(G, None, 0.2), Ps), closed, rtol=1e-10,
                                atol=1e-12)
     # more data never increases the variance (fixed L)
-    G_more = G + (lambda P: P.T @ P)(torch.randn(10, 5, dtype=DT))
+    P = torch.randn(10, 5, dtype=DT)
+    G_more = G + P.T @ P
     assert bool((_var(posterior_factor(G_more, AtA, 0.2), Ps)
                  <= _var(posterior_factor(G, AtA, 0.2), Ps) + 1e-12).all())
 

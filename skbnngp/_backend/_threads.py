@@ -142,8 +142,10 @@ def choose_threads(work, *, cores, limit, busy=0, requested=None):
 
 def threads_for(work):
     """:func:`choose_threads` for ``work`` on this machine, now."""
-    cores = allowed_cores()
     requested = requested_threads()
+    if requested is None and work < 2 * MIN_WORK_PER_THREAD:
+        return 1  # the size rule's answer whatever the limits: no reading of the machine
+    cores = allowed_cores()
     return choose_threads(work, cores=cores, limit=torch.get_num_threads(),
                           busy=0 if requested is not None else busy_cores(cores),
                           requested=requested)
