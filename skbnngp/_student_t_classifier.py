@@ -195,11 +195,13 @@ random_state, verbose
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
         sample_weight : array-like of shape (n_samples,), default=None
-            Frequency weights of the rows (times ``class_weight``): the one-hot regressor's
-            weighted likelihood (see :class:`StudentTProcessRegressor`), and the
-            leave-one-out noise search counts a row ``w`` times. Exact duplicate rows are
-            merged into one weighted row (the same model), so repeated rows do not make the
-            leave-one-out search degenerate. None: every row once.
+            Relative weights of the rows (times ``class_weight``): a row of weight ``w``
+            has ``w`` times the precision of the mean weight in the one-hot regressor's
+            likelihood, and counts ``w`` times in the leave-one-out noise search. Exact
+            duplicate rows are merged into one row of summed weight, so integer weights
+            and repeated rows give the same model; the weights are scaled to mean 1,
+            because a repeated row of equal labels is not new evidence about the noise
+            (counted as such, it drives the evidence's noise to 0). None: every row once.
 
         Returns
         -------
@@ -224,6 +226,8 @@ random_state, verbose
         Y = (y[:, None] == self.classes_[None, :]).astype(float) + low
         yi = np.searchsorted(self.classes_, y)
         X, Y, w = collapse_rows(X, Y, sw)
+        if w is not None:  # relative weights: a repeat sharpens a row, it adds no row
+            w = w / w.mean()
         yi = np.argmax(Y, axis=1)
         bounds = HYPERPARAMETER_BOUNDS
         use_loo = (ALPHA_SELECTION == "loo" and self.optimizer is not None

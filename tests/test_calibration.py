@@ -124,11 +124,11 @@ def test_a_single_target_regressor_refuses_two_columns_naming_why():
 
 
 def test_the_student_t_classifier_on_repeated_rows_keeps_its_log_loss():
-    """Issue 53 item 1: trained on every row twice, the leave-one-out noise search saw each
-    row predicted by its twin (log loss 0.41 -> 1.21). Repeated rows are left out together
-    and merged into weighted rows. The gap is not closed on this problem: a row of weight 2
-    is twice the evidence, and the fitted noise is smaller (0.516 against 0.414, within
-    0.05 on the problem of tests/test_sample_weight.py); the bound guards the collapse."""
+    """Issue 53 item 1: trained on every row twice (or on 50-90 % of the rows repeated),
+    the test log loss stays within 0.05 of the rows once. The leave-one-out noise search
+    saw each row predicted by its twin (0.41 -> 1.21), and the evidence counted a repeat of
+    equal labels as a second observation (0.52): repeats are left out together and become
+    relative weights."""
     from sklearn.metrics import log_loss
 
     from skbnngp import StudentTProcessClassifier
@@ -138,11 +138,17 @@ def test_the_student_t_classifier_on_repeated_rows_keeps_its_log_loss():
     rng = np.random.default_rng(0)
     X, y = noisy_binary(rng, 200)
     Xt, yt = noisy_binary(rng, 3000)
-    once = log_loss(yt, StudentTProcessClassifier(random_state=0, ard=False)
-                    .fit(X, y).predict_proba(Xt))
-    twice = log_loss(yt, StudentTProcessClassifier(random_state=0, ard=False)
-                     .fit(np.r_[X, X], np.r_[y, y]).predict_proba(Xt))
-    assert once < 0.45 and twice < once + 0.15
+
+    def loss(A, b):
+        return log_loss(yt, StudentTProcessClassifier(random_state=0, ard=False)
+                        .fit(A, b).predict_proba(Xt))
+
+    once = loss(X, y)
+    assert once < 0.45
+    assert loss(np.r_[X, X], np.r_[y, y]) < once + 0.05
+    for frac in (0.5, 0.9):
+        idx = np.random.default_rng(1).choice(200, int(frac * 200), replace=False)
+        assert loss(np.r_[X, X[idx]], np.r_[y, y[idx]]) < once + 0.05, frac
 
 
 def _two_targets(n, seed):
