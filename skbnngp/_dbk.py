@@ -23,6 +23,7 @@ from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, aut
                        build_mlp, to_float, to_numpy)
 from ._backend import _dbk as dbk
 from ._backend._student_t import paired_gain
+from .exceptions import NumericalError
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_hidden_layer_sizes, fit_input_scaling, fit_transaction,
                     duplicate_groups, held_out_split, network_weights, transactional,
@@ -71,6 +72,8 @@ T_SHAPE = "likelihood"
 #: gain in held-out log density exceeds ``NOISE_Z`` standard errors and ``NOISE_MIN_GAIN``.
 NOISE_PRIOR_SD = 1.0
 NOISE_FOLDS = 5
+#: Fewer rows than this: ``"auto"`` does not compare (homoscedastic).
+NOISE_MIN_ROWS = 50
 NOISE_Z, NOISE_MIN_GAIN = 2.0, 0.01
 #: Activations per row block in the full passes over the data (8 MiB in float64).
 BLOCK_ELEMENTS = 2**20
@@ -183,8 +186,9 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         input-dependent scale. ``"auto"``: heteroscedastic only where the held-out evidence
         supports it (the per-row gain in log predictive density of both models, cross-fitted
         over ``NOISE_FOLDS = 5`` folds with the features fixed, must be ``NOISE_Z = 2``
-        standard errors and ``NOISE_MIN_GAIN = 0.01`` above zero), so that data with one
-        noise level keep the homoscedastic model. svi is always homoscedastic.
+        standard errors and ``NOISE_MIN_GAIN = 0.01`` above zero; under ``NOISE_MIN_ROWS =
+        50`` rows no comparison runs), so that data with one noise level keep the
+        homoscedastic model. svi is always homoscedastic.
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows, score the predictive NLL on them
         periodically, stop after ``n_iter_no_change`` epochs without improvement, and keep the
@@ -345,7 +349,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     def __init__(self, *, n_basis=128, hidden_layer_sizes=(128, 128), activation="tanh",
                  architecture="mlp", network=None, inference="exact", variance_correction="auto",
                  batch_size=256, max_iter=None, learning_rate_init=1e-2, weight_decay=1e-4,
-                 calibration="auto", noise_variance="auto", early_stopping=True, validation_fraction="auto",
+                 calibration="auto", noise_variance="auto", early_stopping=True,
+                 validation_fraction="auto",
                  n_iter_no_change=None, tol=1e-4, normalize_X=True, normalize_y=True,
                  include_noise=True, device="auto", dtype="float64", random_state=None,
                  verbose=0):
@@ -589,22 +594,30 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         wd = None if weights is None else weights.double()
         kappa = Phi.square().sum(1)
         c = (float(M) - kappa).clamp_min(0.0) if correction else None
+        lower = float(NOISE_LOWER_BOUND)
         if self.noise_variance == "auto":
             n = X.shape[0]
-            k = min(NOISE_FOLDS, n)
-            if k < 2:
+            if n < NOISE_MIN_ROWS:
                 return None
             perm = np.random.RandomState(seed % (2**31 - 1)).permutation(n)
-            folds = [torch.as_tensor(f, device=X.device) for f in np.array_split(perm, k)]
-            gain = to_numpy(dbk.noise_gain(Xd, Phi, Yd, c, float(s2), folds, wd,
-                                           NOISE_PRIOR_SD))
+            folds = [torch.as_tensor(f, device=X.device)
+                     for f in np.array_split(perm, NOISE_FOLDS)]
+            try:
+                gain = to_numpy(dbk.noise_gain(Xd, Phi, Yd, c, float(s2), folds, wd,
+                                               NOISE_PRIOR_SD, lower))
+            except (FloatingPointError, NumericalError):  # a failed head does not pay
+                return None
             mean, se, pays = paired_gain(gain, NOISE_Z, NOISE_MIN_GAIN,
                                          None if wd is None else to_numpy(wd))
             self.noise_gain_ = (mean, se)
-            if not pays:
+            if not (pays and math.isfinite(mean)):
                 return None
-        a, head, log_ev = dbk.fit_noise(Xd, Phi, Yd, c, float(s2), wd, heteroscedastic=True,
-                                        prior_sd=NOISE_PRIOR_SD)
+        try:
+            a, head, log_ev = dbk.fit_noise(Xd, Phi, Yd, c, float(s2), wd,
+                                            prior_sd=NOISE_PRIOR_SD, lower=lower)
+        except FloatingPointError as exc:
+            raise NumericalError(f"{type(self).__name__}: the heteroscedastic noise model "
+                                 f"failed ({exc}); use noise_variance='homoscedastic'.") from exc
         post = dbk.noise_posterior(Xd, Phi, Yd, c, a, head, wd, context=type(self).__name__)
         # the head reads the features of the fitted model, sqrt(a) times those it was fitted on
         p = X.shape[1]

@@ -498,23 +498,26 @@ class NoiseHead:
     ``center`` and ``scale``. Called as ``head(X, Phi)`` on a block of rows and their
     features; all tensors, no graph."""
 
-    def __init__(self, center, scale, coef, intercept):
+    def __init__(self, center, scale, coef, intercept, lower=1e-6):
         self.center, self.scale, self.coef, self.intercept = center, scale, coef, intercept
+        self.lower = float(lower)
 
     def log_noise(self, X, Phi):
         psi = (torch.cat([X, Phi], 1) - self.center) / self.scale
-        return self.intercept + psi @ self.coef
+        return torch.clamp(self.intercept + psi @ self.coef, math.log(self.lower), 30.0)
 
     def __call__(self, X, Phi):
         return torch.exp(self.log_noise(X, Phi))
 
     def to(self, device, dtype):
         return NoiseHead(*(torch.as_tensor(t).to(device=device, dtype=dtype)
-                           for t in (self.center, self.scale, self.coef, self.intercept)))
+                           for t in (self.center, self.scale, self.coef, self.intercept)),
+                         self.lower)
 
     def numpy(self):
-        return {k: getattr(self, k).detach().cpu().numpy()
-                for k in ("center", "scale", "coef", "intercept")}
+        out = {k: getattr(self, k).detach().cpu().numpy()
+               for k in ("center", "scale", "coef", "intercept")}
+        return dict(out, lower=self.lower)
 
 
 def _inputs(X, Phi, weights):
@@ -528,14 +531,15 @@ def _inputs(X, Phi, weights):
 
 
 def fit_noise(X, Phi, Y, c, noise, weights=None, *, heteroscedastic=True, prior_sd=1.0,
-              max_iter=200):
+              max_iter=200, lower=1e-6):
     """Maximise the evidence ``log N(Y; 0, a (Phi Phi^T + diag(c)) + diag(s(x_i)))`` over the
     prior scale ``a`` and the noise: one level (``heteroscedastic=False``) or a
     :class:`NoiseHead` whose coefficients have the prior ``N(0, prior_sd^2 / q)`` over the
     ``q`` standardised columns of ``psi`` (a log-noise that varies by about ``prior_sd``
     over the rows a priori; the MAP). Full-batch L-BFGS, O(n r^2) per evaluation: the
     diagonal noise is absorbed by scaling the rows (:func:`blr_log_evidence_diag`).
-    ``noise``: the starting level; ``weights``: frequency weights of the rows.
+    ``noise``: the starting level; ``weights``: frequency weights of the rows; ``lower``:
+    the smallest noise variance of a row (the log-noise is clipped to ``[log lower, 30]``).
 
     Returns ``(a, head, log_evidence)`` (``head`` a :class:`NoiseHead`; a constant one
     without heteroscedasticity)."""
@@ -543,7 +547,8 @@ def fit_noise(X, Phi, Y, c, noise, weights=None, *, heteroscedastic=True, prior_
     Ps = (P - center) / scale
     q = P.shape[1]
     log_a = torch.zeros((), dtype=Phi.dtype, device=Phi.device, requires_grad=True)
-    b0 = torch.tensor(math.log(noise), dtype=Phi.dtype, device=Phi.device, requires_grad=True)
+    b0 = torch.tensor(math.log(max(noise, 2 * lower)), dtype=Phi.dtype, device=Phi.device,
+                      requires_grad=True)
     coef = torch.zeros(q, dtype=Phi.dtype, device=Phi.device,
                        requires_grad=bool(heteroscedastic))
     params = [log_a, b0] + ([coef] if heteroscedastic else [])
@@ -551,7 +556,7 @@ def fit_noise(X, Phi, Y, c, noise, weights=None, *, heteroscedastic=True, prior_
 
     def evidence():
         a = torch.exp(log_a)
-        d = a * cz + torch.exp(torch.clamp(b0 + Ps @ coef, -30.0, 30.0))
+        d = a * cz + torch.exp(torch.clamp(b0 + Ps @ coef, math.log(lower), 30.0))
         if weights is None:
             return blr_log_evidence_diag(torch.sqrt(a) * Phi, Y, d)
         return weighted_log_evidence_diag(torch.sqrt(a) * Phi, Y, d, weights)
@@ -570,7 +575,9 @@ def fit_noise(X, Phi, Y, c, noise, weights=None, *, heteroscedastic=True, prior_
         opt.step(closure)
     with torch.no_grad():
         log_ev = to_float(evidence())
-    head = NoiseHead(center, scale, coef.detach().clone(), b0.detach().clone())
+    if not (math.isfinite(log_ev) and bool(torch.isfinite(coef).all())):
+        raise FloatingPointError("the heteroscedastic evidence is not finite")
+    head = NoiseHead(center, scale, coef.detach().clone(), b0.detach().clone(), lower)
     return float(torch.exp(log_a.detach())), head, log_ev
 
 
@@ -591,7 +598,7 @@ def _log_density(X, Phi, Y, c, a, head, post):
                    + (Y - mean).square() / var[:, None]).sum(1)
 
 
-def noise_gain(X, Phi, Y, c, noise, folds, weights=None, prior_sd=1.0):
+def noise_gain(X, Phi, Y, c, noise, folds, weights=None, prior_sd=1.0, lower=1e-6):
     """Per-row gain in log predictive density of the input-dependent noise over the fitted
     model of one noise level ``noise`` (at prior scale 1), cross-fitted: for each fold (an
     index tensor), the heteroscedastic model is fitted by :func:`fit_noise` on the other
@@ -610,7 +617,8 @@ def noise_gain(X, Phi, Y, c, noise, folds, weights=None, prior_sd=1.0):
         dens = []
         for het in (False, True):
             if het:
-                a, head, _ = fit_noise(Xt, Pt, Yt, cc, noise, w, prior_sd=prior_sd)
+                a, head, _ = fit_noise(Xt, Pt, Yt, cc, noise, w, prior_sd=prior_sd,
+                                       lower=lower)
             else:
                 a, head = 1.0, NoiseHead(0.0, 1.0, torch.zeros(Pt.shape[1] + Xt.shape[1],
                                                                dtype=Y.dtype, device=Y.device),
