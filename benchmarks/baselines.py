@@ -17,6 +17,12 @@ Regression
 * :class:`DeepEnsembleRegressor`: a deep ensemble of Gaussian-head MLPs (Lakshminarayanan
   et al. 2017), whose predictive is a :class:`skbnngp.distributions.NormalMixture`.
 
+* :class:`MLPEnsembleRegressor`: five scikit-learn ``MLPRegressor(early_stopping=True)``
+  members, a Gaussian mixture with each member's validation MSE as its variance;
+* :class:`NGBoostRegressor`, :class:`CatBoostUncertaintyRegressor`: NGBoost and CatBoost
+  (``RMSEWithUncertainty``), early-stopped on a 10 % validation split (optional: ngboost,
+  catboost).
+
 Classification
 
 * :func:`sklearn_gpc`: scikit-learn's ``GaussianProcessClassifier``, amplitude x RBF;
@@ -510,3 +516,107 @@ class PosthocLaplaceRegressor(_GaussianRegressor):
         mean = f_mu.numpy()[:, 0] * self.y_scale + self.y_offset
         std = np.sqrt(f_var.numpy().reshape(len(X)) + self.noise_variance) * self.y_scale
         return mean, std
+
+
+# ============================================================================ heteroscedastic peers
+def _validation_split(n, random_state, fraction=0.1):
+    """``(train, validation)`` row indices: a random ``fraction`` held out for early stopping."""
+    perm = np.random.RandomState(random_state).permutation(n)
+    n_val = max(1, round(fraction * n))
+    return perm[n_val:], perm[:n_val]
+
+
+class MLPEnsembleRegressor(RegressorMixin, BaseEstimator):
+    """``n_members`` scikit-learn ``MLPRegressor(early_stopping=True)`` members with different
+    seeds on standardised y; the predictive is the equal mixture of Gaussians centred on the
+    members' means, each with the variance of that member's errors on its own early-stopping
+    validation rows (its held-out MSE): the mixture's variance is the members' spread plus
+    their mean validation MSE. One noise level for every input, as a deep ensemble of
+    point-prediction networks has."""
+
+    def __init__(self, n_members=5, hidden_layer_sizes=(100,), max_iter=2000, random_state=0):
+        self.n_members = n_members
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        from sklearn.neural_network import MLPRegressor
+
+        self.y_mean_, self.y_scale_ = float(np.mean(y)), float(np.std(y)) or 1.0
+        ys = (y - self.y_mean_) / self.y_scale_
+        self.members_, self.mse_ = [], []
+        for k in range(self.n_members):
+            seed = self.random_state + 1000 * k
+            # the member's own validation split (MLPRegressor's 10 %), drawn here to score it
+            tr, va = _validation_split(len(y), seed)
+            m = MLPRegressor(hidden_layer_sizes=self.hidden_layer_sizes, early_stopping=True,
+                             max_iter=self.max_iter,
+                             random_state=seed).fit(X[tr], ys[tr])
+            self.members_.append(m)
+            self.mse_.append(float(np.mean((m.predict(X[va]) - ys[va]) ** 2)))
+        return self
+
+    def predict_dist(self, X):
+        from skbnngp.distributions import NormalMixture
+
+        loc = np.stack([m.predict(X) for m in self.members_]) * self.y_scale_ + self.y_mean_
+        scale = np.sqrt(np.asarray(self.mse_))[:, None] * self.y_scale_ * np.ones_like(loc)
+        return NormalMixture(loc, scale)
+
+    def predict(self, X):
+        return self.predict_dist(X).mean()
+
+
+class NGBoostRegressor(RegressorMixin, BaseEstimator):
+    """NGBoost's ``NGBRegressor`` (Normal, default base learner), early-stopped on a random
+    10 % validation split (``early_stopping_rounds``), then used as fitted (best iteration)."""
+
+    def __init__(self, n_estimators=2000, early_stopping_rounds=50, random_state=0):
+        self.n_estimators = n_estimators
+        self.early_stopping_rounds = early_stopping_rounds
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        ngboost = require("ngboost", "NGBoost")
+        tr, va = _validation_split(len(y), self.random_state)
+        self.model_ = ngboost.NGBRegressor(n_estimators=self.n_estimators, verbose=False,
+                                           random_state=self.random_state).fit(
+            X[tr], y[tr], X_val=X[va], Y_val=y[va],
+            early_stopping_rounds=self.early_stopping_rounds)
+        return self
+
+    def predict_dist(self, X):
+        p = self.model_.pred_dist(X).params
+        return stats.norm(p["loc"], p["scale"])
+
+    def predict(self, X):
+        return self.model_.predict(X)
+
+
+class CatBoostUncertaintyRegressor(RegressorMixin, BaseEstimator):
+    """CatBoost with ``loss_function="RMSEWithUncertainty"`` (a mean and a data variance per
+    row), early-stopped on a random 10 % validation split, one thread; ``predict``'s default
+    prediction type for this loss returns the columns (mean, variance)."""
+
+    def __init__(self, iterations=3000, early_stopping_rounds=100, random_state=0):
+        self.iterations = iterations
+        self.early_stopping_rounds = early_stopping_rounds
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        catboost = require("catboost", "CatBoost")
+        tr, va = _validation_split(len(y), self.random_state)
+        self.model_ = catboost.CatBoostRegressor(
+            loss_function="RMSEWithUncertainty", iterations=self.iterations, thread_count=1,
+            random_seed=self.random_state, verbose=0).fit(
+            X[tr], y[tr], eval_set=(X[va], y[va]),
+            early_stopping_rounds=self.early_stopping_rounds, use_best_model=True)
+        return self
+
+    def predict_dist(self, X):
+        p = np.asarray(self.model_.predict(X))
+        return stats.norm(p[:, 0], np.sqrt(np.maximum(p[:, 1], 1e-12)))
+
+    def predict(self, X):
+        return np.asarray(self.model_.predict(X))[:, 0]

@@ -22,6 +22,8 @@ from sklearn.utils import check_random_state
 from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, auto_batch_size,
                        build_mlp, to_float, to_numpy)
 from ._backend import _dbk as dbk
+from ._backend._student_t import paired_gain
+from .exceptions import NumericalError
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_hidden_layer_sizes, fit_input_scaling, fit_transaction,
                     duplicate_groups, held_out_split, network_weights, transactional,
@@ -64,6 +66,15 @@ DBK_MAX_TEST_DF = 2.0
 #: reads these residuals, of features learned on the same rows, as narrower than fresh
 #: ones and under-covers out-of-fold rows (benchmarks/results/intervals_levels.md).
 T_SHAPE = "likelihood"
+#: Input-dependent noise (``noise_variance``): the prior standard deviation of the log-noise
+#: over the rows (the head's shrinkage), the folds of the cross-fitted comparison that
+#: ``"auto"`` reads, and its rule: the heteroscedastic model is kept when the mean per-row
+#: gain in held-out log density exceeds ``NOISE_Z`` standard errors and ``NOISE_MIN_GAIN``.
+NOISE_PRIOR_SD = 1.0
+NOISE_FOLDS = 5
+#: Fewer rows than this: ``"auto"`` does not compare (homoscedastic).
+NOISE_MIN_ROWS = 50
+NOISE_Z, NOISE_MIN_GAIN = 2.0, 0.01
 #: Activations per row block in the full passes over the data (8 MiB in float64).
 BLOCK_ELEMENTS = 2**20
 
@@ -165,6 +176,19 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         ``DBK_MAX_TEST_DF = 2`` degrees of freedom; ``predict_dist`` is then a
         ``scipy.stats.t``. ``"auto"`` runs ``"student_t"``, the best calibrated in our
         benchmarks; ``None`` and svi keep the model's own Gaussian. The mean is unchanged.
+    noise_variance : {"auto", "homoscedastic", "heteroscedastic"}, default="auto"
+        The noise model (exact inference). ``"homoscedastic"``: one noise variance for
+        every input. ``"heteroscedastic"``: once the network is trained, a log-linear noise
+        head ``log s(x) = b0 + [x, phi(x)] beta`` (Gaussian prior on ``beta``) and the prior
+        scale maximise the exact evidence of the kernel with the diagonal noise
+        ``diag(s(x_i))`` (O(n r^2)), the posterior conditions on it and the calibration reads
+        the leave-one-out residuals standardised by it, so every predictive carries the
+        input-dependent scale. ``"auto"``: heteroscedastic only where the held-out evidence
+        supports it (the per-row gain in log predictive density of both models, cross-fitted
+        over ``NOISE_FOLDS = 5`` folds with the features fixed, must be ``NOISE_Z = 2``
+        standard errors and ``NOISE_MIN_GAIN = 0.01`` above zero; under ``NOISE_MIN_ROWS =
+        50`` rows no comparison runs), so that data with one noise level keep the
+        homoscedastic model. svi is always homoscedastic.
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows, score the predictive NLL on them
         periodically, stop after ``n_iter_no_change`` epochs without improvement, and keep the
@@ -215,7 +239,14 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     variance_correction_ : bool
         Whether the fitted model uses the variance correction.
     noise_variance_ : float
-        Noise variance on the normalised target scale (before the calibration).
+        Noise variance on the normalised target scale (before the calibration); with the
+        heteroscedastic model, the median of ``s(x_i)`` over the training rows.
+    noise_model_ : {"homoscedastic", "heteroscedastic"}
+        The noise model fitted.
+    noise_gain_ : tuple of float or None
+        ``(mean, standard error)`` of the per-row held-out gain of the heteroscedastic
+        model that ``noise_variance="auto"`` measured (normalised log density); None when
+        no comparison ran.
     calibration_ : {"student_t", "gaussian"} or None
         The calibration that ran.
     calibration_factor_ : float or ndarray of shape (n_targets,)
@@ -300,6 +331,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         "learning_rate_init": [Interval(numbers.Real, 0, None, closed="neither")],
         "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
         "calibration": REGRESSOR_CALIBRATION,
+        "noise_variance": [StrOptions({"auto", "homoscedastic", "heteroscedastic"})],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither"),
                                 StrOptions({"auto"})],
@@ -317,7 +349,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     def __init__(self, *, n_basis=128, hidden_layer_sizes=(128, 128), activation="tanh",
                  architecture="mlp", network=None, inference="exact", variance_correction="auto",
                  batch_size=256, max_iter=None, learning_rate_init=1e-2, weight_decay=1e-4,
-                 calibration="auto", early_stopping=True, validation_fraction="auto",
+                 calibration="auto", noise_variance="auto", early_stopping=True,
+                 validation_fraction="auto",
                  n_iter_no_change=None, tol=1e-4, normalize_X=True, normalize_y=True,
                  include_noise=True, device="auto", dtype="float64", random_state=None,
                  verbose=0):
@@ -333,6 +366,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         self.learning_rate_init = learning_rate_init
         self.weight_decay = weight_decay
         self.calibration = calibration
+        self.noise_variance = noise_variance
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
@@ -352,6 +386,10 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         if self.architecture == "resnet" and len(set(sizes)) > 1:
             raise ValueError("architecture='resnet' needs equal hidden widths, got "
                              f"hidden_layer_sizes={sizes!r}.")
+        if self.noise_variance == "heteroscedastic" and self.inference == "svi":
+            raise ValueError(f"{type(self).__name__}: noise_variance='heteroscedastic' needs "
+                             "inference='exact'; svi fits one noise level. Use "
+                             "noise_variance='auto' or 'homoscedastic' with svi.")
         max_iter, interval, patience = SCHEDULE[self.inference]
         return self.max_iter or max_iter, interval, self.n_iter_no_change or patience
 
@@ -491,6 +529,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                       "n_iter_no_change", stacklevel=5)
         net.eval()
         self.calibration_, self.calibration_factor_, self.predictive_df_ = None, 1.0, math.inf
+        self.noise_model_, self.noise_gain_, head = "homoscedastic", None, None
         with torch.no_grad():
             post, s2 = state.posterior()
             stream = None
@@ -510,15 +549,27 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                                         None if va is None else len(tr), SCALE_SELECTION,
                                         NOISE_LOWER_BOUND, chunk, context=name, weights=wall)
                 feat = self._feature_fn(net, scale)
+                if self.noise_variance != "homoscedastic":
+                    het = self._fit_noise(feat, Xall, Yall, s2, M, correction, chunk, wall,
+                                          seed)
+                    if het is not None:
+                        a, head, post, self.log_marginal_likelihood_value_ = het
+                        scale, M = scale * math.sqrt(a), M * a
+                        self.prior_scale_ *= a
+                        feat = self._feature_fn(net, scale)
+                        s2 = head(Xall, dbk.features(feat, Xall, chunk)).median()
+                        self.noise_model_ = "heteroscedastic"
                 self.elbo_ = None
                 method = {"auto": "student_t"}.get(self.calibration, self.calibration)
                 if method is not None:
                     groups = duplicate_groups(to_numpy(Xall))
                     z, v = dbk.loo_residuals(feat, Xall, Yall, post, s2, M, correction,
-                                             chunk, groups, wall)
+                                             chunk, groups, wall, row_noise=head)
                     z, v = to_numpy(z), to_numpy(v)
                     wn = None if wall is None else to_numpy(wall)
-                    share = weighted_median(np.minimum(to_float(s2) / v, 1.0), wn)
+                    own = (to_float(s2) if head is None else
+                           to_numpy(head(Xall, dbk.features(feat, Xall, chunk))))
+                    share = weighted_median(np.minimum(own / v, 1.0), wn)
                     options = {} if wn is None else {"weights": wn}
                     self._fit_calibration(method, z, max_test_df=DBK_MAX_TEST_DF,
                                           t_shape=T_SHAPE,
@@ -531,10 +582,53 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         self.converged_ = res.converged
         self.n_samples_seen_ = len(tr) if svi else X.shape[0]
         self._noise_lower = float(NOISE_LOWER_BOUND)
-        self._publish(net, scale, correction, s2, post, M, stream, cfg, chunk)
+        self._publish(net, scale, correction, s2, post, M, stream, cfg, chunk, head)
         return self
 
-    def _publish(self, net, scale, correction, s2, post, M, stream, cfg, chunk):
+    def _fit_noise(self, feat, X, Y, s2, M, correction, chunk, weights, seed):
+        """The heteroscedastic model on the trained features, or None where it is not
+        chosen: ``(prior scale a, NoiseHead, posterior, log evidence)``. With ``"auto"``,
+        it is kept only when its cross-fitted held-out gain pays (``noise_gain_``)."""
+        Phi = dbk.features(feat, X, chunk).double()
+        Xd, Yd = X.double(), Y.double()
+        wd = None if weights is None else weights.double()
+        kappa = Phi.square().sum(1)
+        c = (float(M) - kappa).clamp_min(0.0) if correction else None
+        lower = float(NOISE_LOWER_BOUND)
+        if self.noise_variance == "auto":
+            n = X.shape[0]
+            if n < NOISE_MIN_ROWS:
+                return None
+            perm = np.random.RandomState(seed % (2**31 - 1)).permutation(n)
+            folds = [torch.as_tensor(f, device=X.device)
+                     for f in np.array_split(perm, NOISE_FOLDS)]
+            try:
+                gain = to_numpy(dbk.noise_gain(Xd, Phi, Yd, c, float(s2), folds, wd,
+                                               NOISE_PRIOR_SD, lower))
+            except (FloatingPointError, NumericalError):  # a failed head does not pay
+                return None
+            mean, se, pays = paired_gain(gain, NOISE_Z, NOISE_MIN_GAIN,
+                                         None if wd is None else to_numpy(wd))
+            self.noise_gain_ = (mean, se)
+            if not (pays and math.isfinite(mean)):
+                return None
+        try:
+            a, head, log_ev = dbk.fit_noise(Xd, Phi, Yd, c, float(s2), wd,
+                                            prior_sd=NOISE_PRIOR_SD, lower=lower)
+        except FloatingPointError as exc:
+            raise NumericalError(f"{type(self).__name__}: the heteroscedastic noise model "
+                                 f"failed ({exc}); use noise_variance='homoscedastic'.") from exc
+        post = dbk.noise_posterior(Xd, Phi, Yd, c, a, head, wd, context=type(self).__name__)
+        # the head reads the features of the fitted model, sqrt(a) times those it was fitted on
+        p = X.shape[1]
+        head.center[p:] *= math.sqrt(a)
+        head.scale[p:] *= math.sqrt(a)
+        dt = X.dtype
+        head = head.to(X.device, dt)
+        post = BLRPosterior(post.mean.to(dt), post.factor.to(dt))
+        return a, head, post, log_ev
+
+    def _publish(self, net, scale, correction, s2, post, M, stream, cfg, chunk, head=None):
         """Set the model's fitted attributes and the device cache, at the end of a (partial)
         fit: nothing fitted is changed in place before this point."""
         net.eval()
@@ -549,9 +643,11 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         self.max_prior_var_ = to_float(M)
         self._chunk_rows = int(chunk)
         self._train_cfg = dict(cfg)
+        self._noise_head = None if head is None else head.numpy()
         self._cache = {"feat": self._feature_fn(net, self.feature_scale_),
                        "post": BLRPosterior(post.mean.detach(), post.factor.detach()),
-                       "s2": s2, "M": torch.as_tensor(M).detach(), "stream": stream}
+                       "s2": s2, "M": torch.as_tensor(M).detach(), "stream": stream,
+                       "head": head}
 
     def _build_cache(self):
         dev, dt = self.device_, self._dtype
@@ -562,7 +658,9 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         return {"feat": self._feature_fn(net, self.feature_scale_), "post": post,
                 "s2": torch.tensor(self.noise_variance_, dtype=dt, device=dev),
                 "M": torch.tensor(self.max_prior_var_, dtype=dt, device=dev),
-                "stream": None}
+                "stream": None,
+                "head": (None if getattr(self, "_noise_head", None) is None else
+                         dbk.NoiseHead(**self._noise_head).to(dev, dt))}
 
     # ================================================================== streaming
     @_SviOnly
@@ -634,6 +732,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
             self.validation_scores_, self.best_iteration_, self.converged_ = [], 0, True
             self.log_marginal_likelihood_value_, self.elbo_, self.prior_scale_ = None, None, 1.0
             self.calibration_, self.calibration_factor_, self.predictive_df_ = None, 1.0, math.inf
+            self.noise_model_, self.noise_gain_ = "homoscedastic", None
         else:
             Yc = y.reshape(-1, 1) if y.ndim == 1 else y
             if Yc.shape[1] != self.weight_mean_.shape[1] or (y.ndim == 1) != self._y_1d:
@@ -690,7 +789,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         cache = self._get_cache()
         mean, V = dbk.predictive(cache["feat"], Xq, cache["post"], cache["s2"], cache["M"],
                                  self.variance_correction_, self._chunk_rows,
-                                 include_noise=self.include_noise, full_cov=full_cov)
+                                 include_noise=self.include_noise, full_cov=full_cov,
+                                 row_noise=cache.get("head"))
         return to_numpy(mean), to_numpy(V)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):

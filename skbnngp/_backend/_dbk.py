@@ -317,11 +317,15 @@ def moments(post, Phi, s2, M, correction, include_noise=True):
     return mean, var + s2 if include_noise else var
 
 
-def predictive(feat, X, post, s2, M, correction, chunk, include_noise=True, full_cov=False):
+def predictive(feat, X, post, s2, M, correction, chunk, include_noise=True, full_cov=False,
+               row_noise=None):
     """Normalised predictive mean (m x C) and variance (m,), or covariance (m x m) whose
-    diagonal is that variance (the correction and the noise act on the diagonal only)."""
+    diagonal is that variance (the correction and the noise act on the diagonal only).
+    ``row_noise``: a per-row noise (a :class:`NoiseHead`) in place of ``s2``."""
     Phi = features(feat, X, chunk)
     with torch.no_grad():
+        if row_noise is not None:
+            s2 = row_noise(X, Phi)
         mean, var = moments(post, Phi, s2, M, correction, include_noise=include_noise)
         if not full_cov:
             return mean, var
@@ -351,7 +355,8 @@ def validation_nll(post_fn, feat, Xv, Yv, state, correction, chunk, weights=None
     return score
 
 
-def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights=None):
+def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights=None,
+                  row_noise=None):
     """Standardised leave-one-out residuals (n x C) of the rows, in row blocks.
 
     With ``d_i = s2 + c_i`` the noise and correction of row ``i``, ``mu_i`` and ``s_i`` its
@@ -366,15 +371,20 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights
     With frequency ``weights`` a row (noise ``d_i / w_i``) is left out with all its
     repeats, and its residual is scaled by the variance of one new observation (noise
     ``d_i``): the leave-one-out predictive variance plus ``d_i (1 - 1/w_i)``.
+    ``row_noise``: a per-row noise ``row_noise(X_rows, Phi_rows)`` (a
+    :class:`NoiseHead`) in place of ``s2``.
     Returns ``z`` and the leave-one-out predictive variances (n,).
     """
+    def noise(Xb, Phi):
+        return s2 if row_noise is None else row_noise(Xb, Phi)
+
     z = torch.empty_like(Y)  # allocated once
     var = Y.new_empty(Y.shape[0])  # the leave-one-out predictive variances
     with torch.no_grad():
         for sl in iter_slices(X.shape[0], chunk):
             Phi = feat(X[sl])
             mean, var_f = post.predict(Phi)
-            d = s2 + correction_term(Phi, M, correction)
+            d = noise(X[sl], Phi) + correction_term(Phi, M, correction)
             if weights is not None:  # the merged row's noise d / w; a new row's is d
                 one, d = d, d / weights[sl]
                 gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
@@ -388,7 +398,7 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights
             rows = torch.as_tensor(g, device=X.device)
             Phi = feat(X[rows])
             mean, _ = post.predict(Phi)
-            one = s2 + correction_term(Phi, M, correction)
+            one = noise(X[rows], Phi) + correction_term(Phi, M, correction)
             dinv = one.reciprocal() if weights is None else weights[rows] / one
             B = -(dinv[:, None] * post.covariance(Phi) * dinv[None, :])
             B.diagonal().add_(dinv)
@@ -479,9 +489,153 @@ def condition_exact(net, scale, X, Y, s2, correction, k, selection, noise_lower_
     return scale, a, noise, post, M, log_ev
 
 
-__all__ = ["DBKState", "HELDOUT_NOISE_FLOOR", "N_CHAMPIONS", "choose_scales", "chunked_elbo",
-           "condition_exact", "correction_term", "evidence", "exact_loss", "exact_objective",
-           "exact_posterior", "features", "heldout_mse", "kl_to_prior", "loo_residuals",
-           "max_prior_var", "moments", "predictive", "prior_vars", "scaled_features", "select_scales",
-           "softplus_inv", "stats", "svi_loss", "svi_objective", "trace_penalty",
-           "validation_nll"]
+# ============================================================================ input-dependent noise
+class NoiseHead:
+    """A per-row noise variance ``s(x) = exp(b0 + psi(x) beta)`` over the inputs.
+
+    ``psi(x)`` is ``[x, phi(x)]`` (the scaled inputs beside the network's features, so that
+    the noise may vary along inputs the mean ignores), standardised by the training rows'
+    ``center`` and ``scale``. Called as ``head(X, Phi)`` on a block of rows and their
+    features; all tensors, no graph."""
+
+    def __init__(self, center, scale, coef, intercept, lower=1e-6):
+        self.center, self.scale, self.coef, self.intercept = center, scale, coef, intercept
+        self.lower = float(lower)
+
+    def log_noise(self, X, Phi):
+        psi = (torch.cat([X, Phi], 1) - self.center) / self.scale
+        return torch.clamp(self.intercept + psi @ self.coef, math.log(self.lower), 30.0)
+
+    def __call__(self, X, Phi):
+        return torch.exp(self.log_noise(X, Phi))
+
+    def to(self, device, dtype):
+        return NoiseHead(*(torch.as_tensor(t).to(device=device, dtype=dtype)
+                           for t in (self.center, self.scale, self.coef, self.intercept)),
+                         self.lower)
+
+    def numpy(self):
+        out = {k: getattr(self, k).detach().cpu().numpy()
+               for k in ("center", "scale", "coef", "intercept")}
+        return dict(out, lower=self.lower)
+
+
+def _inputs(X, Phi, weights):
+    """``psi = [X, Phi]``, its (weighted) column means and standard deviations (floored at a
+    thousandth of the largest, so a near-constant feature is not blown up)."""
+    P = torch.cat([X, Phi], 1)
+    w = torch.ones(P.shape[0], dtype=P.dtype, device=P.device) if weights is None else weights
+    center = (w[:, None] * P).sum(0) / w.sum()
+    sd = torch.sqrt((w[:, None] * (P - center).square()).sum(0) / w.sum())
+    return P, center, torch.clamp(sd, min=1e-3 * float(sd.max()) + 1e-12)
+
+
+def fit_noise(X, Phi, Y, c, noise, weights=None, *, heteroscedastic=True, prior_sd=1.0,
+              max_iter=200, lower=1e-6):
+    """Maximise the evidence ``log N(Y; 0, a (Phi Phi^T + diag(c)) + diag(s(x_i)))`` over the
+    prior scale ``a`` and the noise: one level (``heteroscedastic=False``) or a
+    :class:`NoiseHead` whose coefficients have the prior ``N(0, prior_sd^2 / q)`` over the
+    ``q`` standardised columns of ``psi`` (a log-noise that varies by about ``prior_sd``
+    over the rows a priori; the MAP). Full-batch L-BFGS, O(n r^2) per evaluation: the
+    diagonal noise is absorbed by scaling the rows (:func:`blr_log_evidence_diag`).
+    ``noise``: the starting level; ``weights``: frequency weights of the rows; ``lower``:
+    the smallest noise variance of a row (the log-noise is clipped to ``[log lower, 30]``).
+
+    Returns ``(a, head, log_evidence)`` (``head`` a :class:`NoiseHead`; a constant one
+    without heteroscedasticity)."""
+    P, center, scale = _inputs(X, Phi, weights)
+    Ps = (P - center) / scale
+    q = P.shape[1]
+    log_a = torch.zeros((), dtype=Phi.dtype, device=Phi.device, requires_grad=True)
+    b0 = torch.tensor(math.log(max(noise, 2 * lower)), dtype=Phi.dtype, device=Phi.device,
+                      requires_grad=True)
+    coef = torch.zeros(q, dtype=Phi.dtype, device=Phi.device,
+                       requires_grad=bool(heteroscedastic))
+    params = [log_a, b0] + ([coef] if heteroscedastic else [])
+    cz = torch.zeros_like(Phi[:, 0]) if c is None else c
+
+    def evidence():
+        a = torch.exp(log_a)
+        d = a * cz + torch.exp(torch.clamp(b0 + Ps @ coef, math.log(lower), 30.0))
+        if weights is None:
+            return blr_log_evidence_diag(torch.sqrt(a) * Phi, Y, d)
+        return weighted_log_evidence_diag(torch.sqrt(a) * Phi, Y, d, weights)
+
+    n = float(Y.shape[0] if weights is None else weights.sum())
+    opt = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-7, tolerance_change=1e-10)
+
+    def closure():
+        opt.zero_grad()
+        loss = -(evidence() - 0.5 * q * coef.square().sum() / prior_sd ** 2) / n
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        opt.step(closure)
+    with torch.no_grad():
+        log_ev = to_float(evidence())
+    if not (math.isfinite(log_ev) and bool(torch.isfinite(coef).all())):
+        raise FloatingPointError("the heteroscedastic evidence is not finite")
+    head = NoiseHead(center, scale, coef.detach().clone(), b0.detach().clone(), lower)
+    return float(torch.exp(log_a.detach())), head, log_ev
+
+
+def noise_posterior(X, Phi, Y, c, a, head, weights=None, context="DBK"):
+    """Weight posterior of ``Y = sqrt(a) Phi w + e``, ``w ~ N(0, I)``, ``e_i ~ N(0, a c_i +
+    s(x_i))`` (a per-row noise): the statistics weighted by ``1 / (a c_i + s(x_i))``."""
+    d = head(X, Phi) + (0.0 if c is None else a * c)
+    rw = d.reciprocal() if weights is None else weights / d
+    G, B = blr_stats(math.sqrt(a) * Phi, Y, rw)
+    return blr_posterior(G, B, 1.0, context=f"{context}: heteroscedastic noise")
+
+
+def _log_density(X, Phi, Y, c, a, head, post):
+    """Gaussian log predictive density of each row (summed over targets)."""
+    mean, var = post.predict(math.sqrt(a) * Phi)
+    var = var + head(X, Phi) + (0.0 if c is None else a * c)
+    return -0.5 * (torch.log(2 * math.pi * var)[:, None]
+                   + (Y - mean).square() / var[:, None]).sum(1)
+
+
+def noise_gain(X, Phi, Y, c, noise, folds, weights=None, prior_sd=1.0, lower=1e-6):
+    """Per-row gain in log predictive density of the input-dependent noise over the fitted
+    model of one noise level ``noise`` (at prior scale 1), cross-fitted: for each fold (an
+    index tensor), the heteroscedastic model is fitted by :func:`fit_noise` on the other
+    rows, and the fold's rows are scored under both posteriors given the other rows. The
+    features are held fixed. ``noise`` was chosen on every row, the fold's included, so the
+    comparison leans towards one noise level. Returns (n,)."""
+    gain = torch.empty(Y.shape[0], dtype=Y.dtype, device=Y.device)
+    every = torch.arange(Y.shape[0], device=Y.device)
+    for test in folds:
+        mask = torch.ones(Y.shape[0], dtype=torch.bool, device=Y.device)
+        mask[test] = False
+        train = every[mask]
+        w = None if weights is None else weights[train]
+        cc = None if c is None else c[train]
+        Xt, Pt, Yt = X[train], Phi[train], Y[train]
+        dens = []
+        for het in (False, True):
+            if het:
+                a, head, _ = fit_noise(Xt, Pt, Yt, cc, noise, w, prior_sd=prior_sd,
+                                       lower=lower)
+            else:
+                a, head = 1.0, NoiseHead(0.0, 1.0, torch.zeros(Pt.shape[1] + Xt.shape[1],
+                                                               dtype=Y.dtype, device=Y.device),
+                                         torch.tensor(math.log(noise), dtype=Y.dtype,
+                                                      device=Y.device))
+            post = noise_posterior(Xt, Pt, Yt, cc, a, head, w)
+            with torch.no_grad():
+                dens.append(_log_density(X[test], Phi[test], Y[test],
+                                         None if c is None else c[test], a, head, post))
+        gain[test] = dens[1] - dens[0]
+    return gain
+
+
+__all__ = ["DBKState", "HELDOUT_NOISE_FLOOR", "N_CHAMPIONS", "NoiseHead", "choose_scales",
+           "chunked_elbo", "condition_exact", "correction_term", "evidence",
+           "exact_loss", "exact_objective", "exact_posterior", "features", "fit_noise",
+           "heldout_mse", "kl_to_prior", "loo_residuals", "max_prior_var", "moments",
+           "noise_gain", "noise_posterior", "predictive", "prior_vars",
+           "scaled_features", "select_scales", "softplus_inv", "stats", "svi_loss",
+           "svi_objective", "trace_penalty", "validation_nll"]
