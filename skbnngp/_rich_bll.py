@@ -129,16 +129,28 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         networks, large values give the BLL). The default, a small ridge, keeps the richer out-of-data
         variance that the evidence's preferred large ridge would give up (User Guide,
         "Evidence").
-    noise_variance : {"auto", "validation", "evidence", "train"} or float, default="auto"
+    noise_variance : {"auto", "validation", "evidence", "train", "heteroscedastic"} or float, \
+default="auto"
         Observation-noise variance (in the units of the normalised target):
         ``"validation"``, the validation MSE of the trained network at the chosen epoch;
         ``"evidence"``, the maximiser of the last layer's evidence on all rows (jointly
         with ``prior_variance="auto"``); ``"train"``, the training MSE; or a value.
+        ``"heteroscedastic"``: a noise variance that depends on the input, ``c exp(g(x))``,
+        fitted after the network in two stages: ``g`` is a Bayesian linear regression of the
+        log squared residuals of the training rows (bias-corrected for ``E[log chi2_1]``) on
+        the inputs and the network's last-layer features, and the last layer is refitted
+        with the per-row noise, its level ``c`` chosen as ``"auto"`` chooses the
+        homoscedastic one; ``predict``'s std, ``predict_dist``, ``sample_y`` and the
+        calibration all carry it.
         ``"auto"``: with a validation split, the evidence's noise constrained to be at
         least the validation MSE (so the larger of the two, since each is biased low: the
         evidence's by the rows the features were fitted to, the validation MSE by the
-        choice of the epoch and by a split that can miss the outliers); without one,
-        ``"train"``.
+        choice of the epoch and by a split that can miss the outliers), replaced by the
+        heteroscedastic noise only when the latter's calibrated log predictive density on
+        the validation rows is higher by more than two standard errors of the paired
+        per-row gains (``noise_gain_``); without one, ``"train"``. The default tests for
+        input-dependent noise because the held-out rows measure it at no extra training,
+        and keeps one noise level wherever they do not show a gain.
     prior_variance : "auto" or float, default=1.0
         Prior variance of every parameter. ``"auto"``: the maximiser of the closed-form
         evidence of the (enriched) last layer, ``log N(y; 0, s Phi_L Phi_L^T + noise I)``,
@@ -216,6 +228,15 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
     uncertainty_ : str
         The ``uncertainty`` the posterior was fitted for (what ``predict`` uses).
     noise_variance_ : float
+        The noise variance; under the heteroscedastic noise its level ``c``, the noise at
+        ``x`` being ``c exp(g(x))`` with ``exp(g)`` of harmonic mean 1 over the training
+        rows.
+    noise_model_ : {"homoscedastic", "heteroscedastic"}
+        The noise model the fit kept.
+    noise_gain_ : tuple of float or None
+        ``(mean, standard error)`` of the per-row gain in calibrated log predictive density
+        of the heteroscedastic noise over the homoscedastic one on the validation rows;
+        None where it was not measured (no heteroscedastic fit, or too few held-out rows).
     prior_variance_ : float
         The prior variance used (``prior_variance``, or the evidence's choice).
     projection_ridge_ : float or None
@@ -572,7 +593,7 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
                 projection=projection)
 
         post = posterior(noise, noise_floor)
-        self.noise_model_, self.noise_gain_, self.log_noise_ = "homoscedastic", None, None
+        self.noise_model_, self.noise_gain_, self._log_noise_state = "homoscedastic", None, None
         self._cache = {"T": post.factor, "head": head, "body": body, "log_noise": None}
         if self.noise_variance == "heteroscedastic" or (
                 self.noise_variance == "auto" and held is not None
@@ -637,7 +658,7 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         if not keep:
             return post
         self.noise_model_ = "heteroscedastic"
-        self.log_noise_ = {k: (to_numpy(v) if torch.is_tensor(v) else float(v))
+        self._log_noise_state = {k: (to_numpy(v) if torch.is_tensor(v) else float(v))
                            for k, v in vars(model).items()}
         self._cache["log_noise"] = model
         return hetero
@@ -661,10 +682,10 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         self.network_ = self.network_.to(device=dev, dtype=self._dtype).eval()
         head, _, body = split_parameters(self.network_)
         model = None
-        if self.log_noise_ is not None:
+        if self._log_noise_state is not None:
             model = LogNoiseModel(**{k: as_tensor(v, dev, torch.float64)
                                      if isinstance(v, np.ndarray) else v
-                                     for k, v in self.log_noise_.items()})
+                                     for k, v in self._log_noise_state.items()})
         return {"T": as_tensor(self.variance_factor_, dev, torch.float64), "head": head,
                 "body": body, "log_noise": model}
 
