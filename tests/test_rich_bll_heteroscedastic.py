@@ -11,7 +11,8 @@ from skbnngp._backend._log_noise import fit_log_noise
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*reached max_iter")
 
-SETTINGS = dict(hidden_layer_sizes=(32,), max_iter=400, n_iter_no_change=40, device="cpu")
+SETTINGS = {"hidden_layer_sizes": (32,), "max_iter": 400, "n_iter_no_change": 40,
+            "device": "cpu"}
 
 
 def _heteroscedastic(n, seed):
