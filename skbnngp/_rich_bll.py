@@ -622,6 +622,7 @@ default="auto"
         kept (and sets ``noise_model_``, ``log_noise_`` and the cache's noise model)."""
         n = Xt.shape[0]
         dev = Xt.device
+        f, Phi = f.to(torch.float64), Phi.to(torch.float64)
         w = None if weights is None else weights.to(torch.float64)
         fitted = np.ones(n, dtype=bool)
         if held is not None:

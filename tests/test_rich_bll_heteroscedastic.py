@@ -111,10 +111,14 @@ def test_heteroscedastic_sample_weight_equals_repeated_rows():
 
 
 def test_heteroscedastic_without_held_out_rows():
-    X, y = _heteroscedastic(150, 4)
+    X, y = _heteroscedastic(300, 4)
     reg = RichBLLRegressor(noise_variance="heteroscedastic", early_stopping=False,
                            **dict(SETTINGS, max_iter=100)).fit(X, y)
     assert reg.noise_model_ == "heteroscedastic" and reg.noise_gain_ is None
     assert reg.calibration_ is None
-    std = reg.predict(np.array([[-2.5], [2.5]]), return_std=True)[1]
-    assert std[1] > std[0]
+    Xq = np.array([[-2.5], [2.5]])
+    std = reg.predict(Xq, return_std=True)[1]
+    latent = reg.set_params(include_noise=False).predict(Xq, return_std=True)[1]
+    noise = std ** 2 - latent ** 2
+    # the true noise variance is 10 times larger at 2.5 than at -2.5
+    assert noise[1] > 3 * noise[0]
