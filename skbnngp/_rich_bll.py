@@ -9,11 +9,13 @@ import numbers
 
 import numpy as np
 import torch
+from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 
 from ._backend import ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, to_numpy
 from ._backend._jacobian import GaussianSketch, head_features, split_parameters
+from ._backend._log_noise import LogNoiseModel, fit_log_noise
 from ._backend._projection import (
     count_parameters,
     fit_last_layer,
@@ -26,6 +28,7 @@ from ._backend._projection import (
     standardised_residuals,
     subsample_rows,
 )
+from ._backend._student_t import paired_gain
 from ._base import (
     DEVICE_CONSTRAINT,
     DTYPE_CONSTRAINT,
@@ -74,6 +77,12 @@ REFIT = False
 #: light-tailed ones, and on a few dozen rows its degrees of freedom are unstable (a t of
 #: df < 3 for Gaussian residuals); benchmarks/results/intervals_levels.md.
 T_SHAPE = "likelihood"
+#: ``noise_variance="auto"`` keeps the heteroscedastic noise when its held-out log predictive
+#: density beats the homoscedastic one's by more than ``NOISE_Z`` standard errors of the
+#: paired per-row gains and by at least ``NOISE_MIN_GAIN`` nats a row.
+NOISE_Z, NOISE_MIN_GAIN = 2.0, 1e-3
+#: Fewest held-out rows on which ``"auto"`` compares the two noise models.
+NOISE_MIN_ROWS = 10
 
 
 class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin, BaseEstimator):
@@ -120,16 +129,28 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         networks, large values give the BLL). The default, a small ridge, keeps the richer out-of-data
         variance that the evidence's preferred large ridge would give up (User Guide,
         "Evidence").
-    noise_variance : {"auto", "validation", "evidence", "train"} or float, default="auto"
+    noise_variance : {"auto", "validation", "evidence", "train", "heteroscedastic"} or float, \
+default="auto"
         Observation-noise variance (in the units of the normalised target):
         ``"validation"``, the validation MSE of the trained network at the chosen epoch;
         ``"evidence"``, the maximiser of the last layer's evidence on all rows (jointly
         with ``prior_variance="auto"``); ``"train"``, the training MSE; or a value.
+        ``"heteroscedastic"``: a noise variance that depends on the input, ``c exp(g(x))``,
+        fitted after the network in two stages: ``g`` is a Bayesian linear regression of the
+        log squared residuals of the training rows (bias-corrected for ``E[log chi2_1]``) on
+        the inputs and the network's last-layer features, and the last layer is refitted
+        with the per-row noise, its level ``c`` chosen as ``"auto"`` chooses the
+        homoscedastic one; ``predict``'s std, ``predict_dist``, ``sample_y`` and the
+        calibration all carry it.
         ``"auto"``: with a validation split, the evidence's noise constrained to be at
         least the validation MSE (so the larger of the two, since each is biased low: the
         evidence's by the rows the features were fitted to, the validation MSE by the
-        choice of the epoch and by a split that can miss the outliers); without one,
-        ``"train"``.
+        choice of the epoch and by a split that can miss the outliers), replaced by the
+        heteroscedastic noise only when the latter's calibrated log predictive density on
+        the validation rows is higher by more than two standard errors of the paired
+        per-row gains (``noise_gain_``); without one, ``"train"``. The default tests for
+        input-dependent noise because the held-out rows measure it at no extra training,
+        and keeps one noise level wherever they do not show a gain.
     prior_variance : "auto" or float, default=1.0
         Prior variance of every parameter. ``"auto"``: the maximiser of the closed-form
         evidence of the (enriched) last layer, ``log N(y; 0, s Phi_L Phi_L^T + noise I)``,
@@ -207,6 +228,15 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
     uncertainty_ : str
         The ``uncertainty`` the posterior was fitted for (what ``predict`` uses).
     noise_variance_ : float
+        The noise variance; under the heteroscedastic noise its level ``c``, the noise at
+        ``x`` being ``c exp(g(x))`` with ``exp(g)`` of harmonic mean 1 over the training
+        rows.
+    noise_model_ : {"homoscedastic", "heteroscedastic"}
+        The noise model the fit kept.
+    noise_gain_ : tuple of float or None
+        ``(mean, standard error)`` of the per-row gain in calibrated log predictive density
+        of the heteroscedastic noise over the homoscedastic one on the validation rows;
+        None where it was not measured (no heteroscedastic fit, or too few held-out rows).
     prior_variance_ : float
         The prior variance used (``prior_variance``, or the evidence's choice).
     projection_ridge_ : float or None
@@ -273,7 +303,8 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         "subsample": [Interval(numbers.Real, 0, 1, closed="right"),
                       Interval(numbers.Integral, 1, None, closed="left"), None],
         "projection_ridge": [Interval(numbers.Real, 0, None, closed="left")],
-        "noise_variance": [StrOptions({"auto", "evidence", "validation", "train"}),
+        "noise_variance": [StrOptions({"auto", "evidence", "validation", "train",
+                                       "heteroscedastic"}),
                            Interval(numbers.Real, 0, None, closed="neither")],
         "prior_variance": [StrOptions({"auto"}), Interval(numbers.Real, 0, None,
                                                           closed="neither")],
@@ -425,16 +456,33 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
                                           lr_drops, wt)
         net.eval()
         self.network_ = net
-        self._fit_posterior(net, Xt, Yt, val_mse, rng, wt)
-        self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         cal = self.calibration
         if cal == "auto":  # the Student-t calibration wherever the fit holds rows out
             cal = "student_t" if val_rows is not None and not refit else None
         self.calibration_ = cal if val_rows is not None else None
+        # rows the network never trained on (none after the refit on every row)
+        held = None if refit else val_rows
+        self._fit_posterior(net, Xt, Yt, val_mse, rng, wt, held=held, Y=Y)
+        self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         if self.calibration_ is not None:
             self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_, Y,
                                None if w is None else (w[val_rows], w))
         return self
+
+    def _held_out_fit(self, f, Phi, Yv, T, noise, method, Y, weights=None):
+        """The standardised residuals ``z`` and predictive variances ``var`` of held-out rows
+        (output ``f``, features ``Phi``, per-row or scalar ``noise``) under the factor ``T``,
+        and the calibration fitted to them (sets ``calibration_factor_`` and
+        ``predictive_df_``)."""
+        var = last_layer_variance(Phi, T, noise)
+        z = standardised_residuals(Yv, f, var)
+        wv, wy = (None, None) if weights is None else weights
+        share = weighted_median(np.minimum(to_numpy(noise / var), 1.0), wv)
+        options = {} if wv is None else {"weights": wv}
+        self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
+        self._fit_calibration(method, z, t_shape=T_SHAPE, near_noiseless=near_noiseless(
+            z * np.sqrt(to_numpy(var)), Y, share, weights=wv, target_weights=wy), **options)
+        return z, to_numpy(var)
 
     def _calibrate_on(self, Xv, Yv, method, Y, weights=None):
         """``calibration_factor_`` (and, for ``"student_t"``, ``predictive_df_``) from the
@@ -443,13 +491,8 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         frequency weights of the held-out rows and of ``Y``'s rows, or None."""
         cache = self._cache
         f, Phi = self._features(Xv, cache)
-        var = last_layer_variance(Phi, cache["T"], self.noise_variance_)
-        z = standardised_residuals(Yv, f, var)
-        wv, wy = (None, None) if weights is None else weights
-        share = weighted_median(np.minimum(self.noise_variance_ / to_numpy(var), 1.0), wv)
-        options = {} if wv is None else {"weights": wv}
-        self._fit_calibration(method, z, t_shape=T_SHAPE, near_noiseless=near_noiseless(
-            z * np.sqrt(to_numpy(var)), Y, share, weights=wv, target_weights=wy), **options)
+        self._held_out_fit(f, Phi, Yv, cache["T"], self._noise_at(Xv, Phi, cache), method, Y,
+                           weights)
 
     def _trainer(self, net, loss, **options):
         return NetworkTrainer(loss, list(net.parameters()), modules=[net],
@@ -495,11 +538,13 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         self.best_iteration_, self.converged_ = res.best_epoch, res.converged
         return (None if va is None else res.best_score ** 2), list(res.lr_drops), va
 
-    def _fit_posterior(self, net, Xt, Yt, val_mse, rng, weights=None):
+    def _fit_posterior(self, net, Xt, Yt, val_mse, rng, weights=None, held=None, Y=None):
         """Post-hoc stage (paper §3.2): the noise by ``noise_variance``, the subsample, then
         the posterior of :func:`~skbnngp._backend._projection.fit_last_layer`, with the prior
         variance and (``noise_variance="evidence"``) the noise chosen by the closed-form
-        evidence of the Bayesian last layer."""
+        evidence of the Bayesian last layer; then, for ``"heteroscedastic"`` and ``"auto"``,
+        the heteroscedastic refit (:meth:`_fit_heteroscedastic`). ``held``: the rows the
+        network did not train on (or None); ``Y``: the normalised targets as NumPy."""
         name = type(self).__name__
         head, _, body = split_parameters(net)
         n = Xt.shape[0]
@@ -507,6 +552,8 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         r, m = Phi.shape[1], count_parameters(net, body)
         self.n_params_body_, self.n_params_head_ = m, r
         mode = self.noise_variance
+        if mode == "heteroscedastic":  # its homoscedastic start is the default's
+            mode = "auto"
         noise_floor = 1e-8
         if mode == "auto" and val_mse is None:
             mode = "train"
@@ -535,11 +582,23 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
             sketch = GaussianSketch(m, PROJECTION_DIM or max(256, 4 * r),
                                     int(rng.randint(np.iinfo(np.int32).max)), Xt.device,
                                     torch.float64)
-        post = fit_last_layer(
-            net, body, Xt, Phi, Yt, kind=self.uncertainty, rows=idx,
-            ridge=float(self.projection_ridge), noise=noise, noise_floor=noise_floor,
-            prior_variance=None if self.prior_variance == "auto" else float(self.prior_variance),
-            sketch=sketch, context=name, weights=weights)
+
+        def posterior(noise, noise_floor, precision=None, projection=None):
+            return fit_last_layer(
+                net, body, Xt, Phi, Yt, kind=self.uncertainty, rows=idx,
+                ridge=float(self.projection_ridge), noise=noise, noise_floor=noise_floor,
+                prior_variance=(None if self.prior_variance == "auto"
+                                else float(self.prior_variance)),
+                sketch=sketch, context=name, weights=weights, precision=precision,
+                projection=projection)
+
+        post = posterior(noise, noise_floor)
+        self.noise_model_, self.noise_gain_, self._log_noise_state = "homoscedastic", None, None
+        self._cache = {"T": post.factor, "head": head, "body": body, "log_noise": None}
+        if self.noise_variance == "heteroscedastic" or (
+                self.noise_variance == "auto" and held is not None
+                and len(held) >= NOISE_MIN_ROWS):
+            post = self._fit_heteroscedastic(post, posterior, Xt, Yt, f, Phi, held, weights, Y)
         self.uncertainty_ = self.uncertainty
         self.noise_variance_ = post.noise
         self.prior_variance_ = post.prior_variance
@@ -547,14 +606,89 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         self.projection_chol_ = None if post.chol is None else to_numpy(post.chol)
         self.log_evidence_ = post.log_evidence
         self.variance_factor_ = to_numpy(post.factor)
-        self._cache = {"T": post.factor, "head": head, "body": body}
+        self._cache["T"] = post.factor
+
+    def _fit_heteroscedastic(self, post, posterior, Xt, Yt, f, Phi, held, weights, Y):
+        """The heteroscedastic refit and, with held-out rows, its test against ``post``.
+
+        The squared residuals of the rows the network trained on give the log-noise
+        regression (:func:`~skbnngp._backend._log_noise.fit_log_noise`) on the noise design
+        (:meth:`_noise_design`), scaled to harmonic mean 1 over the rows; the last layer is
+        refitted with those relative precisions and its level chosen by the evidence (never
+        below the held-out rows' mean of ``e^2 / exp(g)``). With at least
+        ``NOISE_MIN_ROWS`` held-out rows, both fits are calibrated on them and compared by
+        their per-row log predictive densities (``noise_gain_``); ``"auto"`` keeps the
+        heteroscedastic fit only when :func:`paired_gain` says it pays. Returns the posterior
+        kept (and sets ``noise_model_``, ``log_noise_`` and the cache's noise model)."""
+        n = Xt.shape[0]
+        dev = Xt.device
+        f, Phi = f.to(torch.float64), Phi.to(torch.float64)
+        w = None if weights is None else weights.to(torch.float64)
+        fitted = np.ones(n, dtype=bool)
+        if held is not None:
+            fitted[held] = False
+        rows = torch.as_tensor(np.flatnonzero(fitted), device=dev)
+        F = self._noise_design(Xt, Phi)
+        e2 = (Yt.reshape(-1).to(torch.float64) - f.reshape(-1).to(torch.float64)).square()
+        model = fit_log_noise(F[rows], e2[rows], None if w is None else w[rows])
+        g = model(F)
+        ww = torch.ones_like(g) if w is None else w
+        model = model.shift(math.log(float((ww * torch.exp(-g)).sum() / ww.sum())))
+        prec = torch.exp(-model(F))
+        floor = 1e-8
+        if held is not None:
+            hv = torch.as_tensor(held, device=dev)
+            floor = max(float((ww[hv] * e2[hv] * prec[hv]).sum() / ww[hv].sum()), floor)
+        hetero = posterior(None, floor, precision=prec, projection=post.projection)
+        keep = self.noise_variance == "heteroscedastic"
+        if held is not None and len(held) >= NOISE_MIN_ROWS:
+            hv = torch.as_tensor(held, device=dev)
+            wv = None if w is None else (to_numpy(w[hv]), to_numpy(w))
+            method = self.calibration_
+            lpd = []
+            for p, noise in ((post, post.noise), (hetero, hetero.noise / prec[hv])):
+                z, var = self._held_out_fit(f[hv], Phi[hv], Yt[hv], p.factor, noise, method,
+                                            Y, wv)
+                c, df = float(self.calibration_factor_), float(self.predictive_df_)
+                dist = stats.norm() if math.isinf(df) else stats.t(df)
+                lpd.append(dist.logpdf(z / math.sqrt(c)) - 0.5 * np.log(c * var))
+            mean, se, pays = paired_gain(lpd[1] - lpd[0], NOISE_Z, NOISE_MIN_GAIN,
+                                         weights=None if wv is None else wv[0])
+            self.noise_gain_ = (mean, se)
+            keep = keep or bool(pays)
+        if not keep:
+            return post
+        self.noise_model_ = "heteroscedastic"
+        self._log_noise_state = {k: (to_numpy(v) if torch.is_tensor(v) else float(v))
+                           for k, v in vars(model).items()}
+        self._cache["log_noise"] = model
+        return hetero
+
+    def _noise_design(self, Xq, Phi):
+        """Design of the log-noise regression at scaled inputs ``Xq``: the inputs beside the
+        network's last-layer features (the last ``n_params_head_`` columns of ``Phi``)."""
+        return torch.cat([Xq.to(torch.float64),
+                          Phi[:, Phi.shape[1] - self.n_params_head_:].to(torch.float64)], dim=1)
+
+    def _noise_at(self, Xq, Phi, cache):
+        """The noise variance at scaled inputs ``Xq`` (features ``Phi``): a scalar, or a
+        tensor (q,) under the heteroscedastic noise."""
+        model = cache.get("log_noise")
+        if model is None:
+            return self.noise_variance_
+        return self.noise_variance_ * torch.exp(model(self._noise_design(Xq, Phi)))
 
     def _build_cache(self):
         dev = self.device_
         self.network_ = self.network_.to(device=dev, dtype=self._dtype).eval()
         head, _, body = split_parameters(self.network_)
+        model = None
+        if self._log_noise_state is not None:
+            model = LogNoiseModel(**{k: as_tensor(v, dev, torch.float64)
+                                     if isinstance(v, np.ndarray) else v
+                                     for k, v in self._log_noise_state.items()})
         return {"T": as_tensor(self.variance_factor_, dev, torch.float64), "head": head,
-                "body": body}
+                "body": body, "log_noise": model}
 
     # ================================================================== predict
     _predict_params = ("include_noise",)
@@ -568,5 +702,5 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         """Network output (q x 1) and the latent-plus-noise variance (q,) or covariance."""
         cache = self._get_cache()
         f, Phi = self._features(Xq, cache)
-        noise = self.noise_variance_ if self.include_noise else 0.0
+        noise = self._noise_at(Xq, Phi, cache) if self.include_noise else 0.0
         return to_numpy(f), to_numpy(last_layer_variance(Phi, cache["T"], noise, full_cov))

@@ -50,6 +50,8 @@ def test_noise_options(step):
 def test_refit_trains_on_all_rows_for_best_iteration(step, monkeypatch):
     X, y = step
     monkeypatch.setattr(_rich_bll, "VALIDATION_INTERVAL", 5)
+    # one noise level in both stages (the refit has no held-out rows to test another on)
+    monkeypatch.setattr(_rich_bll, "NOISE_MIN_ROWS", 10**9)
     kw = {"hidden_layer_sizes": (8,), "max_iter": 60, "random_state": 0, "device": "cpu"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

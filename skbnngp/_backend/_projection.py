@@ -153,6 +153,7 @@ class LastLayerPosterior:
     prior_variance: float
     noise: float
     log_evidence: float
+    projection: torch.Tensor | None = None  # A^T A of "rich" (None: BLL or NTK-GP)
 
 
 def _gram_stats(net, body_names, X, Phi, Y, with_body, weights=None):
@@ -188,7 +189,7 @@ def _cross_moment(net, body_names, X, Phi, sketch):
 
 def fit_last_layer(net, body_names, X, Phi, Y, *, kind, rows=None, ridge=1e-4, noise=None,
                    noise_floor=1e-8, prior_variance=None, sketch=None, context="Rich-BLL",
-                   weights=None):
+                   weights=None, precision=None, projection=None):
     """The post-hoc stage: the last layer's posterior on the rows ``rows`` (None: all).
 
     Parameters
@@ -210,21 +211,34 @@ def fit_last_layer(net, body_names, X, Phi, Y, *, kind, rows=None, ridge=1e-4, n
     weights : tensor of shape (n,) or None
         Frequency weights of the rows: every Gram matrix and moment is that of row ``i``
         repeated ``w_i`` times (its noise ``noise / w_i``), ``n`` their sum.
+    precision : tensor of shape (n,) or None
+        Relative noise precisions of the rows (a heteroscedastic noise: row ``i``'s noise is
+        ``noise / precision_i``); they weight the posterior and the evidence, not the
+        projection. None: one noise for every row.
+    projection : tensor of shape (r, r) or None
+        ``A^T A`` of an earlier fit on the same network and rows (returned as
+        :attr:`LastLayerPosterior.projection`), which spares the Jacobian pass of "rich".
     """
     n = X.shape[0]
     w = None if weights is None else weights.to(F64)
+    prec = None if precision is None else precision.to(F64)
     if rows is not None:
         idx = torch.as_tensor(rows, device=X.device)
         X, Phi, Y = X[idx], Phi[idx], Y[idx]
+        prec = None if prec is None else prec[idx]
     Phi, Y = Phi.to(F64), Y.to(F64)
     if w is None:
         n_scale = n / X.shape[0]
-        yy = n_scale * to_float(Y.square().sum())
     else:
         n = to_float(w.sum())
         w = w if rows is None else w[idx]
         n_scale = n / to_float(w.sum())
-        yy = n_scale * to_float((w[:, None] * Y.square()).sum())
+    # the posterior's row weights: frequency weights times noise precisions
+    wp = w if prec is None else (prec if w is None else w * prec)
+    yy = n_scale * to_float(Y.square().sum() if wp is None else (wp[:, None] * Y.square()).sum())
+    # log|diag(noise / precision)| = n log noise - sum log precision: a constant in the scales
+    log_prec = 0.0 if prec is None else 0.5 * n_scale * to_float(
+        (torch.log(prec) if w is None else w * torch.log(prec)).sum())
 
     def scales(G, B):
         """(prior variance, noise, log evidence) for the features with Gram ``G``."""
@@ -234,27 +248,31 @@ def fit_last_layer(net, body_names, X, Phi, Y, *, kind, rows=None, ridge=1e-4, n
                               noise_lower_bound=noise_floor,
                               fix_prior_var=prior_variance is not None,
                               fix_noise=noise is not None, prior_var_starts=(1e-2, 1e2))
-        return s, v, ev(s, v)
+        return s, v, ev(s, v) + log_prec
 
-    G_S, B_S = _gram_stats(net, body_names, X, Phi, Y, False, w)
-    L = None
+    G_S, B_S = _gram_stats(net, body_names, X, Phi, Y, False, wp)
+    L = AtA = None
     if kind == "ntk":
-        G, B = _gram_stats(net, body_names, X, Phi, Y, True, w)
+        G, B = _gram_stats(net, body_names, X, Phi, Y, True, wp)
         s, v, ev = scales(G, B)
         T = posterior_factor(G, None, v, n_scale, s, context)
     elif kind == "bll" or count_parameters(net, body_names) == 0:
         s, v, ev = scales(G_S, B_S)
         T = posterior_factor(G_S, None, v, n_scale, s, context)
     else:
-        AtA = projection_gram(_cross_moment(net, body_names, X,
-                                            Phi if w is None else Phi * w[:, None], sketch),
-                              G_S, ridge)
+        AtA = projection
+        if AtA is None:  # the projection weighs the rows by their frequencies only
+            G_w = G_S if prec is None else _gram_stats(net, body_names, X, Phi, Y, False,
+                                                       w)[0]
+            AtA = projection_gram(_cross_moment(net, body_names, X,
+                                                Phi if w is None else Phi * w[:, None],
+                                                sketch), G_w, ridge)
         eye = torch.eye(G_S.shape[0], dtype=F64, device=G_S.device)
         L, _ = stable_cholesky(eye + AtA, context=f"{context}: I + A^T A")
         s, v, ev = scales(L.T @ G_S @ L, L.T @ B_S)
         T = posterior_factor(G_S, AtA, v, n_scale, s, context)
     return LastLayerPosterior(factor=T, chol=L, prior_variance=float(s), noise=float(v),
-                              log_evidence=float(ev))
+                              log_evidence=float(ev), projection=AtA)
 
 
 def network_features(net, head, body_names, X, with_body=False):
