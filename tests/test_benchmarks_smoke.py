@@ -321,3 +321,34 @@ def test_gpu_profile_script_cpu_smoke_run():
     calls = dict(re.findall(r"^\s+(\w+)\s+(\d+) x", out.stdout, flags=re.M))
     assert int(calls["value_and_grad"]) >= 1 and int(calls["_publish"]) == 1
     assert int(calls["loo"]) == 1 and int(calls["fit_hyperparameters"]) == 1
+
+
+def test_ood_partitions_script_tiny_run(harness, tmp_path):
+    """Partitions are distinct in / out splits (the first three of a set flagged tuning);
+    the candidates' parts average to ``ood_score``; a tiny run writes its report."""
+    bench = importlib.import_module("bench_ood_partitions")
+    runs = bench.partitions("digits", np.arange(10), 12, 4)
+    assert len({ins for ins, _, _ in runs}) == 12 and all(len(ins) == 5 for ins, _, _ in runs)
+    assert [role for _, _, role in runs] == ["tuning"] * 3 + ["held out"] * 9
+    assert [seed for _, seed, _ in runs] == list(range(12))
+    three = bench.partitions("iris", np.arange(3), 12, 2)
+    assert sorted({ins for ins, _, _ in three}) == [(0, 1), (0, 2), (1, 2)]
+    assert [ins for ins, _, role in three if role == "tuning"] == [(1, 2), (1, 2)]
+    ref = {"a": np.array([0.0, 2.0]), "b": np.array([1.0, 3.0])}
+    s = {"a": np.array([1.0]), "b": np.array([2.0])}
+    assert bench.combine(ref, s, "z", ("a", "b")) == pytest.approx(0.0)
+    assert bench.combine(ref, s, "rank", ("a", "b")) == pytest.approx(1.0)
+
+    out = tmp_path / "p"
+    result = bench.main(["--quick", "--sets", "iris", "--out", str(out)])
+    recs = result["records"]
+    assert len(recs) == 3 and {r["role"] for r in recs} == {"tuning", "held out"}
+    assert all(0.0 <= a <= 1.0 for r in recs for a in r["auroc"].values())
+    X, y = bench.load("iris")
+    Xtr, ytr, _, _, Xout = bench.split(X, y, [0, 1], 0, 50)
+    assert len(ytr) == 50 and len(Xout) == 30 and set(ytr) == {0, 1}
+    clf, last, _, _ = bench.fit_models(Xtr, ytr, 0, True)
+    parts = bench.fidgp_scores(clf, last, Xout)
+    both = (parts["principal"] + parts["inducing"]) / 2
+    np.testing.assert_allclose(both, parts["ood_score"], rtol=1e-10)
+    assert "## Candidates" in out.with_suffix(".md").read_text()
