@@ -19,19 +19,44 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 
-from ._backend import (ACTIVATIONS, BLRPosterior, NetworkTrainer, as_tensor, auto_batch_size,
-                       build_mlp, to_float, to_numpy)
+from ._backend import (
+    ACTIVATIONS,
+    BLRPosterior,
+    NetworkTrainer,
+    as_tensor,
+    auto_batch_size,
+    build_mlp,
+    to_float,
+    to_numpy,
+)
 from ._backend import _dbk as dbk
+from ._backend import _wide as wide
 from ._backend._student_t import paired_gain
-from .exceptions import NumericalError
-from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
-                    check_hidden_layer_sizes, fit_input_scaling, fit_transaction,
-                    duplicate_groups, held_out_split, network_weights, transactional,
-                    user_network, warn_training, weighted_median)
+from ._base import (
+    DEVICE_CONSTRAINT,
+    DTYPE_CONSTRAINT,
+    TorchEstimatorMixin,
+    check_hidden_layer_sizes,
+    duplicate_groups,
+    fit_input_scaling,
+    fit_transaction,
+    held_out_split,
+    network_weights,
+    transactional,
+    user_network,
+    warn_training,
+    weighted_median,
+)
 from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin
-from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
-                                    validate_data)
+from .exceptions import NumericalError
+from .utils._sklearn_compat import (
+    Interval,
+    StrOptions,
+    _fit_context,
+    check_is_fitted,
+    validate_data,
+)
 
 # Private settings: model choices measured against their alternatives (doc/whats_new and the
 # User Guide of DBK give the measurements). A benchmark may patch them with
@@ -75,6 +100,13 @@ NOISE_FOLDS = 5
 #: Fewer rows than this: ``"auto"`` does not compare (homoscedastic).
 NOISE_MIN_ROWS = 50
 NOISE_Z, NOISE_MIN_GAIN = 2.0, 0.01
+#: Wide data: with more than ``WIDE_RATIO`` times as many features as training rows (and
+#: more than the fewest components), the built network reads the ``k`` leading whitened
+#: principal components of the inputs through a frozen first layer, ``k`` the candidate
+#: whose trained network has the lowest validation NLL (the first without early stopping);
+#: an empty tuple: never.
+WIDE_COMPONENTS = (10, 5, 20)
+WIDE_RATIO = 1 / 3
 #: Activations per row block in the full passes over the data (8 MiB in float64).
 BLOCK_ELEMENTS = 2**20
 
@@ -230,6 +262,11 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     ----------
     network_ : torch.nn.Module
         The trained network (best validation state), on ``device_``; pickled on the CPU.
+    input_components_ : int or None
+        On wide data (many more features than a third of the training rows) the built
+        network reads this many whitened principal components of the inputs, through a
+        frozen first layer, because its first layer cannot be fitted over every feature
+        from so few rows; None: it reads the inputs.
     n_basis_ : int
     feature_scale_ : float
         Multiplier of the network's outputs used by the fitted model (``1/sqrt(n_basis)``
@@ -414,8 +451,14 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 "weight_decay": float(self.weight_decay), "batch_size": int(self.batch_size),
                 "variance_correction": self._correction()}
 
-    def _make_network(self, n_features, seed, device, dtype):
+    def _make_network(self, n_features, seed, device, dtype, projection=None):
         if self.network is None:
+            if projection is not None:  # wide data: the MLP reads the projected inputs
+                body = build_mlp(projection[0].shape[0], self.hidden_layer_sizes,
+                                 self.n_basis, activation=self.activation,
+                                 architecture=self.architecture, seed=seed, device=device,
+                                 dtype=dtype)
+                return wide.projected_network(*projection, body)
             return build_mlp(n_features, self.hidden_layer_sizes, self.n_basis,
                              activation=self.activation, architecture=self.architecture,
                              seed=seed, device=device, dtype=dtype)
@@ -466,6 +509,29 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         -------
         self : object
         """
+        return self._fit_wide(X, y, sample_weight)
+
+    def _fit_wide(self, X, y, sample_weight):
+        """``_fit_once`` with the input projection chosen on wide data (``WIDE_COMPONENTS``):
+        each candidate's network is trained on the same split, the one of lowest
+        validation NLL is kept, and only its warnings reach the user."""
+        candidates = tuple(WIDE_COMPONENTS)
+        kept = None
+        for k in candidates or (None,):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                self._fit_once(X, y, sample_weight, k)
+            score = min(self.validation_scores_, default=math.inf)
+            if kept is None or score < kept[0]:
+                kept = (score, dict(self.__dict__), caught)
+            if self.input_components_ is None or not self.validation_scores_:
+                break  # not wide, or nothing to choose on
+        self.__dict__.update(kept[1])
+        for w in kept[2]:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return self
+
+    def _fit_once(self, X, y, sample_weight, components):
         name = type(self).__name__
         max_iter, interval, patience = self._check_params()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
@@ -490,7 +556,13 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         Ytr = as_tensor(Y[tr], device, dtype)
         Xva = None if va is None else as_tensor(self._scale_X(X[va]), device, dtype)
         Yva = None if va is None else as_tensor(Y[va], device, dtype)
-        net = self._make_network(X.shape[1], seed, device, dtype)
+        projection = None
+        if (self.network is None and components is not None
+                and wide.is_wide(len(tr), X.shape[1], components, WIDE_RATIO)):
+            projection = wide.input_projection(self._scale_X(X[tr]), components,
+                                               None if w is None else w[tr])
+        self.input_components_ = None if projection is None else projection[0].shape[0]
+        net = self._make_network(X.shape[1], seed, device, dtype, projection)
         scale, correction, cfg = self._feature_scale(), self._correction(), self._train_config()
         feat = self._feature_fn(net, scale)
         svi = self.inference == "svi"
@@ -723,6 +795,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
             fit_input_scaling(self, X, self.normalize_X, "minmax_half")
             Y = self._normalise_targets(y)
             net = self._make_network(X.shape[1], seed, device, dtype)
+            self.input_components_ = None
             scale, correction, cfg = self._feature_scale(), self._correction(), self._train_config()
             self._noise_lower = float(NOISE_LOWER_BOUND)
             state = dbk.DBKState(self.n_basis, Y.shape[1], NOISE_INIT, self._noise_lower, True,
