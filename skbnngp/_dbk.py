@@ -514,13 +514,17 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     def _fit_wide(self, X, y, sample_weight):
         """``_fit_once`` with the input projection chosen on wide data (``WIDE_COMPONENTS``):
         each candidate's network is trained on the same split, the one of lowest
-        validation NLL is kept, and only its warnings reach the user."""
+        validation NLL is kept, and only its warnings reach the user. The first candidate
+        draws from ``random_state`` as a single fit does; the others replay its draws (the
+        same split and initial weights)."""
         candidates = tuple(WIDE_COMPONENTS)
+        rng = check_random_state(self.random_state)
+        replay = copy.deepcopy(rng)
         kept = None
-        for k in candidates or (None,):
+        for i, k in enumerate(candidates or (None,)):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                self._fit_once(X, y, sample_weight, k)
+                self._fit_once(X, y, sample_weight, k, rng if i == 0 else copy.deepcopy(replay))
             score = min(self.validation_scores_, default=math.inf)
             if kept is None or score < kept[0]:
                 kept = (score, dict(self.__dict__), caught)
@@ -531,14 +535,13 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return self
 
-    def _fit_once(self, X, y, sample_weight, components):
+    def _fit_once(self, X, y, sample_weight, components, rng):
         name = type(self).__name__
         max_iter, interval, patience = self._check_params()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
         X, y, w = network_weights(self, X, y, sample_weight)
         device, dtype = self._resolve_runtime()
-        rng = check_random_state(self.random_state)
         seed = int(rng.randint(np.iinfo(np.int32).max))
         fit_input_scaling(self, X, self.normalize_X, "minmax_half")
         Y = self._normalise_targets(y, w)
