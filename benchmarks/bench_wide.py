@@ -6,6 +6,7 @@ leading whitened principal components, ``DBKRegressor.input_components_``), Rich
 Student-t process at their defaults against scikit-learn's GP (ARD RBF + White), every model
 as ``Pipeline([StandardScaler(), model])``, 3-fold ``KFold(shuffle=True,
 random_state=fold_seed)``; mean test NLPD and 95 % coverage of the predictive distribution.
+``DBK-raw`` is the ablation: DBK reading every input (no projection).
 
 Sets:
 
@@ -42,7 +43,7 @@ sys.path.insert(0, str(HERE))
 from _harness import RESULTS, fmt, git_commit, machine, run_all, run_fit
 
 SETS = ("meats", "wide_synth")
-MODELS = ("DBK", "RichBLL", "StudentT", "GP")
+MODELS = ("DBK", "DBK-raw", "RichBLL", "StudentT", "GP")
 
 
 def load(name):
@@ -69,7 +70,12 @@ def make_model(name, n_features):
 
     from skbnngp import DBKRegressor, RichBLLRegressor, StudentTProcessRegressor
 
+    from _harness import with_settings
+
     model = {"DBK": lambda: DBKRegressor(device="cpu", random_state=0),
+             # the ablation: DBK reading every input (no wide-data projection)
+             "DBK-raw": lambda: with_settings(DBKRegressor, {"WIDE_COMPONENTS": ()})(
+                 device="cpu", random_state=0),
              "RichBLL": lambda: RichBLLRegressor(device="cpu", random_state=0),
              "StudentT": lambda: StudentTProcessRegressor(device="cpu", random_state=0),
              "GP": lambda: baselines.sklearn_gpr(n_features, random_state=0)}[name]()
