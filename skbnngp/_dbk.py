@@ -100,6 +100,10 @@ NOISE_FOLDS = 5
 #: Fewer rows than this: ``"auto"`` does not compare (homoscedastic).
 NOISE_MIN_ROWS = 50
 NOISE_Z, NOISE_MIN_GAIN = 2.0, 0.01
+#: The noise head's lowest value, relative to the single fitted noise level: features that
+#: can carve a notch around one training input would otherwise give a test row there an
+#: interval far narrower than its neighbours' noise.
+NOISE_HEAD_FLOOR = 1e-2
 #: Wide data: with more than ``WIDE_RATIO`` times as many features as training rows (and
 #: more than the fewest components), the built network reads the ``k`` leading whitened
 #: principal components of the inputs through a frozen first layer, ``k`` the candidate
@@ -669,7 +673,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         wd = None if weights is None else weights.double()
         kappa = Phi.square().sum(1)
         c = (float(M) - kappa).clamp_min(0.0) if correction else None
-        lower = float(NOISE_LOWER_BOUND)
+        lower = max(float(NOISE_LOWER_BOUND), NOISE_HEAD_FLOOR * float(s2))
         if self.noise_variance == "auto":
             n = X.shape[0]
             if n < NOISE_MIN_ROWS:
