@@ -608,8 +608,8 @@ class CatBoostUncertaintyRegressor(RegressorMixin, BaseEstimator):
         catboost = require("catboost", "CatBoost")
         tr, va = _validation_split(len(y), self.random_state)
         self.model_ = catboost.CatBoostRegressor(
-            loss_function="RMSEWithUncertainty", iterations=self.iterations, thread_count=1, allow_writing_files=False,
-            random_seed=self.random_state, verbose=0).fit(
+            loss_function="RMSEWithUncertainty", iterations=self.iterations, thread_count=1,
+            allow_writing_files=False, random_seed=self.random_state, verbose=0).fit(
             X[tr], y[tr], eval_set=(X[va], y[va]),
             early_stopping_rounds=self.early_stopping_rounds, use_best_model=True)
         return self
