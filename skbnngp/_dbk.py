@@ -107,8 +107,9 @@ NOISE_HEAD_FLOOR = 1e-2
 #: Wide data: with more than ``WIDE_RATIO`` times as many features as training rows (and
 #: more than the fewest components), the built network reads the ``k`` leading whitened
 #: principal components of the inputs through a frozen first layer, ``k`` the candidate
-#: whose trained network has the lowest validation NLL (the first without early stopping);
-#: an empty tuple: never.
+#: whose trained network has the lowest validation NLL (the first without early stopping;
+#: a candidate of no fewer components than features is the network on the inputs); an
+#: empty tuple: never.
 WIDE_COMPONENTS = (10, 5, 20)
 WIDE_RATIO = 1 / 3
 #: Activations per row block in the full passes over the data (8 MiB in float64).
@@ -267,10 +268,11 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     network_ : torch.nn.Module
         The trained network (best validation state), on ``device_``; pickled on the CPU.
     input_components_ : int or None
-        On wide data (many more features than a third of the training rows) the built
-        network reads this many whitened principal components of the inputs, through a
-        frozen first layer, because its first layer cannot be fitted over every feature
-        from so few rows; None: it reads the inputs.
+        On wide data (more features than a third of the training rows) the built network
+        reads this many whitened principal components of the inputs through a frozen first
+        layer, because its first layer cannot be fitted over every feature from so few
+        rows; the number is the one of 10, 5 or 20 whose trained network has the lowest
+        validation NLL (up to three trainings). None: it reads the inputs.
     n_basis_ : int
     feature_scale_ : float
         Multiplier of the network's outputs used by the fitted model (``1/sqrt(n_basis)``
@@ -609,6 +611,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         net.eval()
         self.calibration_, self.calibration_factor_, self.predictive_df_ = None, 1.0, math.inf
         self.noise_model_, self.noise_gain_, head = "homoscedastic", None, None
+        row_noise = None  # the head's noise at the conditioned rows
         with torch.no_grad():
             post, s2 = state.posterior()
             stream = None
@@ -636,7 +639,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                         scale, M = scale * math.sqrt(a), M * a
                         self.prior_scale_ *= a
                         feat = self._feature_fn(net, scale)
-                        s2 = head(Xall, dbk.features(feat, Xall, chunk)).median()
+                        row_noise = head(Xall, dbk.features(feat, Xall, chunk))
+                        s2 = row_noise.median()
                         self.noise_model_ = "heteroscedastic"
                 self.elbo_ = None
                 method = {"auto": "student_t"}.get(self.calibration, self.calibration)
@@ -646,8 +650,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                                              chunk, groups, wall, row_noise=head)
                     z, v = to_numpy(z), to_numpy(v)
                     wn = None if wall is None else to_numpy(wall)
-                    own = (to_float(s2) if head is None else
-                           to_numpy(head(Xall, dbk.features(feat, Xall, chunk))))
+                    own = to_float(s2) if head is None else to_numpy(row_noise)
                     share = weighted_median(np.minimum(own / v, 1.0), wn)
                     options = {} if wn is None else {"weights": wn}
                     self._fit_calibration(method, z, max_test_df=DBK_MAX_TEST_DF,

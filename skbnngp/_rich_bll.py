@@ -619,7 +619,7 @@ default="auto"
         ``NOISE_MIN_ROWS`` held-out rows, both fits are calibrated on them and compared by
         their per-row log predictive densities (``noise_gain_``); ``"auto"`` keeps the
         heteroscedastic fit only when :func:`paired_gain` says it pays. Returns the posterior
-        kept (and sets ``noise_model_``, ``log_noise_`` and the cache's noise model)."""
+        kept (and sets ``noise_model_``, ``noise_gain_`` and the fitted log-noise model)."""
         n = Xt.shape[0]
         dev = Xt.device
         f, Phi = f.to(torch.float64), Phi.to(torch.float64)

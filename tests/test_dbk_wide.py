@@ -50,11 +50,26 @@ def test_wide_rule():
 
 
 def test_dbk_projects_wide_inputs_and_keeps_narrow_ones():
+    from unittest import mock
+
+    from skbnngp._backend._wide import projected_network
+
     X, y = _wide(120)
-    reg = DBKRegressor(**dict(FAST["DBKRegressor"], random_state=0)).fit(X, y)
+    built = []
+
+    def spy(W, b, body):
+        built.append((W.copy(), b.copy()))
+        return projected_network(W, b, body)
+
+    with mock.patch("skbnngp._dbk.wide.projected_network", spy):
+        reg = DBKRegressor(**dict(FAST["DBKRegressor"], random_state=0)).fit(X, y)
     assert reg.input_components_ in (5, 10, 20)
     first = reg.network_[0]
     assert not first.weight.requires_grad and first.in_features == 60
+    # training (with weight decay) leaves the projection as it was built
+    W, b = next((W, b) for W, b in built if W.shape[0] == reg.input_components_)
+    np.testing.assert_array_equal(first.weight.detach().numpy(), W)
+    np.testing.assert_array_equal(first.bias.detach().numpy(), b)
     mean, std = reg.predict(X[:10], return_std=True)
     assert np.all(np.isfinite(mean)) and np.all(std > 0)
     again = pickle.loads(pickle.dumps(reg))

@@ -113,13 +113,14 @@ def test_heteroscedastic_sample_weight_equals_repeated_rows():
 def test_heteroscedastic_without_held_out_rows():
     X, y = _heteroscedastic(300, 4)
     reg = RichBLLRegressor(noise_variance="heteroscedastic", early_stopping=False,
-                           **dict(SETTINGS, max_iter=100)).fit(X, y)
+                           random_state=0, **dict(SETTINGS, max_iter=100)).fit(X, y)
     assert reg.noise_model_ == "heteroscedastic" and reg.noise_gain_ is None
     assert reg.calibration_ is None
     Xq = np.array([[-2.5], [2.5]])
     std = reg.predict(Xq, return_std=True)[1]
     latent = reg.set_params(include_noise=False).predict(Xq, return_std=True)[1]
     noise = std ** 2 - latent ** 2
-    # the true noise variance is 10 times larger at 2.5 than at -2.5; one noise level would
-    # give a ratio near 1 (measured 2.8-3.5 over thread counts: the network's residuals move)
+    # the true noise variance is 36 times larger at 2.5 than at -2.5; one noise level would
+    # give a ratio near 1. The network's misfit adds to the low noise: random_state 0-5 give
+    # ratios 2.0-15 (8.8 at 0), so the bound holds for this fit and for other seeds
     assert noise[1] > 2 * noise[0]
