@@ -9,11 +9,14 @@ import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
-from skbnngp import RichBLLRegressor
-from skbnngp import _rich_bll
+from skbnngp import RichBLLRegressor, _rich_bll
 from skbnngp._backend import build_mlp
-from skbnngp._backend._jacobian import (GaussianSketch, body_jacobians, head_features,
-                                        split_parameters)
+from skbnngp._backend._jacobian import (
+    GaussianSketch,
+    body_jacobians,
+    head_features,
+    split_parameters,
+)
 from skbnngp._backend._projection import posterior_factor, projection_gram
 from skbnngp.datasets import make_gap_1d
 
