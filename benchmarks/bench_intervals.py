@@ -241,11 +241,17 @@ def main(argv=None):
     ap.add_argument("--folds", type=int, default=None, help="default: 3 quick, 5 full")
     ap.add_argument("--fold-seed", type=int, default=FOLD_SEED,
                     help="section 1's fold seed (tune on others than the default)")
+    ap.add_argument("--splits", type=int, default=None,
+                    help="section 2's random splits (default: 2 quick, 20 full)")
+    ap.add_argument("--wrapped", nargs="+", choices=REGRESSORS, default=None,
+                    help="section 2's regressors inside ConformalRegressor (default: all, "
+                         "or the Student-t process quick)")
     args = ap.parse_args(argv)
     sets = args.sets or (QUICK_SETS if args.quick else FULL_SETS)
-    folds, args.splits = (3, 2) if args.quick else (5, 20)
-    args.folds = args.folds or folds
-    wrapped = ("StudentTProcessRegressor",) if args.quick else REGRESSORS
+    folds, splits = (3, 2) if args.quick else (5, 20)
+    args.folds, args.splits = args.folds or folds, args.splits or splits
+    wrapped = tuple(args.wrapped or (("StudentTProcessRegressor",) if args.quick
+                                     else REGRESSORS))
     models = tuple(args.models or REGRESSORS + ("sklearn_gp",))
     t0 = time.perf_counter()
     calib = (calibration_section(sets, args.folds, models, args.fold_seed)
