@@ -130,7 +130,7 @@ def _coverage_width(y, lo, hi):
     return inside.mean(axis=0).tolist(), (hi - lo).mean(axis=0).tolist()
 
 
-def conformal_section(sets, n_splits, folds, wrapped):
+def conformal_section(sets, n_splits, folds, wrapped, first_split=0):
     from sklearn.model_selection import train_test_split
 
     from skbnngp import ConformalRegressor
@@ -142,7 +142,7 @@ def conformal_section(sets, n_splits, folds, wrapped):
     rows = []
     for ds in sets:
         X, y = load(ds)
-        for split in range(n_splits):
+        for split in range(first_split, first_split + n_splits):
             Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=split)
             runs = [(f"conformal cv+ / {w}", "skbnngp", w) for w in wrapped]
             if CrossConformalRegressor is not None:
@@ -243,6 +243,8 @@ def main(argv=None):
                     help="section 1's fold seed (tune on others than the default)")
     ap.add_argument("--splits", type=int, default=None,
                     help="section 2's random splits (default: 2 quick, 20 full)")
+    ap.add_argument("--first-split", type=int, default=0,
+                    help="section 2's first split seed (to extend an earlier run)")
     ap.add_argument("--wrapped", nargs="+", choices=REGRESSORS, default=None,
                     help="section 2's regressors inside ConformalRegressor (default: all, "
                          "or the Student-t process quick)")
@@ -256,7 +258,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     calib = (calibration_section(sets, args.folds, models, args.fold_seed)
              if "calibration" in args.sections else [])
-    conf, has_mapie = (conformal_section(sets, args.splits, args.folds, wrapped)
+    conf, has_mapie = (conformal_section(sets, args.splits, args.folds, wrapped,
+                                           args.first_split)
                        if "conformal" in args.sections else ([], False))
     text = report(calib, conf, has_mapie, args, time.perf_counter() - t0,
                   sys.argv[1:] if argv is None else argv)
