@@ -212,20 +212,77 @@ def report(calib, conf, has_mapie, args, seconds, argv=None):
               + ".", ""]
     if not conf:
         return "\n".join(lines) + "\n"
-    lines += ["## 2. Conformal coverage and width at 80 / 90 / 95 %", "",
-              f"Mean over {args.splits} random 75/25 splits of the test coverage and the mean "
-              f"interval width (in y's units), CV+ with {args.folds} folds for every method."
-              + ("" if has_mapie else " MAPIE is not installed: its rows are missing."), "",
-              "| data set | method | coverage 80 | 90 | 95 | width 80 | 90 | 95 |",
-              "|---|---|---|---|---|---|---|---|"]
-    for ds in dict.fromkeys(r["dataset"] for r in conf):
-        for label in dict.fromkeys(r["model"] for r in conf):
-            sel = [r for r in conf if r["dataset"] == ds and r["model"] == label]
-            cov = np.mean([r["coverage"] for r in sel], axis=0)
-            wid = np.mean([r["width"] for r in sel], axis=0)
-            lines.append(f"| {ds} | {label} | " + " | ".join(f"{c:.3f}" for c in cov) + " | "
-                         + " | ".join(f"{w:.3g}" for w in wid) + " |")
+    lines += conformal_report(conf, args.folds, has_mapie)
     return "\n".join(lines) + "\n"
+
+
+def conformal_report(conf, folds, has_mapie=True):
+    """Section 2's Markdown: per set and method the mean coverage (bold where at least the
+    nominal level less two Monte-Carlo standard errors, ``sqrt(a (1 - a) / N)`` with N the
+    test rows over all splits) and mean width, then each method's width against MAPIE's
+    rows on the same splits."""
+    import math
+
+    splits = sorted({r["split"] for r in conf})
+    lines = ["## 2. Conformal coverage and width at 80 / 90 / 95 %", "",
+             f"Mean over the random 75/25 splits {splits[0]}-{splits[-1]} of the test coverage "
+             f"and the mean interval width (in y's units), CV+ with {folds} folds for every "
+             "method. **Bold**: coverage at least the nominal level less two Monte-Carlo "
+             "standard errors." + ("" if has_mapie else " MAPIE is not installed: its rows are "
+                                    "missing."), "",
+             "| data set | method | splits | coverage 80 | 90 | 95 | width 80 | 90 | 95 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    sets = list(dict.fromkeys(r["dataset"] for r in conf))
+    models = list(dict.fromkeys(r["model"] for r in conf))
+    peers = [m for m in models if m.startswith("MAPIE")]
+
+    def mean(ds, m, keep=None):
+        sel = [r for r in conf if r["dataset"] == ds and r["model"] == m
+               and (keep is None or r["split"] in keep)]
+        return (np.mean([r["coverage"] for r in sel], axis=0),
+                np.mean([r["width"] for r in sel], axis=0), sel)
+
+    summary = {m: {"ok": 0, "n": 0, **{p: [] for p in peers}} for m in models}
+    for ds in sets:
+        n_test = math.ceil(0.25 * len(load(ds)[1]))  # train_test_split's test rows
+        for m in models:
+            cov, wid, sel = mean(ds, m)
+            if not sel:
+                continue
+            cells = []
+            for c, a in zip(cov, LEVELS):
+                ok = c >= a - 2 * math.sqrt(a * (1 - a) / (len(sel) * n_test))
+                summary[m]["ok"] += ok
+                summary[m]["n"] += 1
+                cells.append(f"**{c:.3f}**" if ok else f"{c:.3f}")
+            keep = {r["split"] for r in sel}
+            for p in peers:
+                summary[m][p] += list(wid / mean(ds, p, keep)[1])
+            lines.append(f"| {ds} | {m} | {len(sel)} | " + " | ".join(cells) + " | "
+                         + " | ".join(f"{w:.3g}" for w in wid) + " |")
+    if peers:
+        lines += ["", ("Each method's width against MAPIE's on the same splits, over the sets "
+                       "and levels: median ratio (the set-levels where it is narrower)."), "",
+                  "| method | coverage held | " + " | ".join(f"width / {p}" for p in peers)
+                  + " |", "|---" * (2 + len(peers)) + "|"]
+        for m in models:
+            ratios = [np.asarray(summary[m][p]) for p in peers]
+            lines.append(f"| {m} | {summary[m]['ok']}/{summary[m]['n']} | " + " | ".join(
+                f"{np.median(x):.3f} ({int((x < 1).sum())}/{x.size})" for x in ratios) + " |")
+    return lines
+
+
+def combine(paths):
+    """The conformal rows of several runs' JSON files (``--combine``), the first row of
+    each (set, method, split) kept: runs that extend one another repeat MAPIE's rows."""
+    seen, rows = set(), []
+    for path in paths:
+        for r in json.loads(Path(path).read_text(encoding="utf-8"))["conformal"]:
+            key = (r["dataset"], r["model"], r["split"])
+            if key not in seen:
+                seen.add(key)
+                rows.append(r)
+    return rows
 
 
 def main(argv=None):
@@ -248,7 +305,19 @@ def main(argv=None):
     ap.add_argument("--wrapped", nargs="+", choices=REGRESSORS, default=None,
                     help="section 2's regressors inside ConformalRegressor (default: all, "
                          "or the Student-t process quick)")
+    ap.add_argument("--combine", nargs="+", default=None, metavar="JSON",
+                    help="report section 2 from the conformal rows of earlier runs' JSON "
+                         "files (runs that extend one another with --first-split); runs "
+                         "nothing")
     args = ap.parse_args(argv)
+    if args.combine:
+        text = "\n".join(["# Conformal intervals against MAPIE's CV+", "",
+                           "Combined by `benchmarks/bench_intervals.py --combine "
+                           + " ".join(Path(p).name for p in args.combine) + "`.", ""]
+                          + conformal_report(combine(args.combine), args.folds or 5)) + "\n"
+        Path(args.out).with_suffix(".md").write_text(text, encoding="utf-8")
+        print(text)
+        return {"conformal": combine(args.combine)}
     sets = args.sets or (QUICK_SETS if args.quick else FULL_SETS)
     folds, splits = (3, 2) if args.quick else (5, 20)
     args.folds, args.splits = args.folds or folds, args.splits or splits

@@ -14,7 +14,7 @@ early stopping, in the same run, one thread (``OMP_NUM_THREADS=1``, torch's intr
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_network_cost.py --candidate --fidgp   # ~15 min
+    OMP_NUM_THREADS=1 python benchmarks/bench_network_cost.py --candidate --fidgp   # ~7 min
     OMP_NUM_THREADS=1 python benchmarks/bench_network_cost.py --sets concrete     # ~1 min
 
 Writes ``benchmarks/results/network_cost.md`` (and ``.json``).
@@ -143,16 +143,16 @@ def report(reg, clf, args, seconds):
     import skbnngp
 
     lines = ["# Network estimators' cost against an MLP (issue 49)", "",
-             f"`benchmarks/bench_network_cost.py {' '.join(args.argv)}` in {seconds / 60:.1f} "
+             (f"`benchmarks/bench_network_cost.py {' '.join(args.argv)}` in {seconds / 60:.1f} "
              f"min; {platform.machine()}, {os.cpu_count()} cores visible, OMP_NUM_THREADS="
              f"{os.environ.get('OMP_NUM_THREADS')}, torch threads {torch.get_num_threads()}; "
              f"skbnngp {skbnngp.__version__}, scikit-learn {sklearn.__version__}, torch "
              f"{torch.__version__}. CPU seconds of one fit (process time), mean over 3 folds "
              f"(fold seed {args.fold_seed}); the ratio is against the MLP of the same "
-             "architecture with early stopping, fitted on the same folds in the same run.", ""]
+             "architecture with early stopping, fitted on the same folds in the same run."), ""]
     if reg:
-        lines += ["## Rich-BLL against `MLPRegressor(hidden_layer_sizes=(50, 50), "
-                  "early_stopping=True)`", "",
+        lines += [("## Rich-BLL against `MLPRegressor(hidden_layer_sizes=(50, 50), "
+                   "early_stopping=True)`"), "",
                   "| data set | model | CPU s | x MLP | NLPD | 95 % coverage | epochs |",
                   "|---|---|---|---|---|---|---|"]
         for r in reg:
@@ -162,16 +162,16 @@ def report(reg, clf, args, seconds):
         if args.candidate:
             now = [r for r in reg if r["model"] == "RichBLLRegressor()"]
             alt = [r for r in reg if r["model"] == "candidate"]
-            lines += ["", "`candidate`: batches of 64 and a plateau of about 400 optimiser "
+            lines += ["", ("`candidate`: batches of 64 and a plateau of about 400 optimiser "
                       "steps (as epochs, 20-200). Mean over the sets: NLPD "
                       f"{np.mean([r['nlpd'] for r in alt]):.3f} against the default's "
                       f"{np.mean([r['nlpd'] for r in now]):.3f}; ratio to the MLP "
                       f"{np.mean([r['ratio'] for r in alt]):.1f}x against "
-                      f"{np.mean([r['ratio'] for r in now]):.1f}x."]
+                      f"{np.mean([r['ratio'] for r in now]):.1f}x.")]
         lines.append("")
     if clf:
-        lines += ["## FiD-GP against `MLPClassifier(hidden_layer_sizes=(100, 100), "
-                  "early_stopping=True)` on digits", "",
+        lines += [("## FiD-GP against `MLPClassifier(hidden_layer_sizes=(100, 100), "
+                   "early_stopping=True)` on digits"), "",
                   "| model | CPU s | x MLP | accuracy | NLL |", "|---|---|---|---|---|"]
         lines += [f"| {r['model']} | {r['cpu_seconds']:.2f} | {r['ratio']:.1f} | "
                   f"{r['accuracy']:.3f} | {r['nll']:.3f} |" for r in clf]

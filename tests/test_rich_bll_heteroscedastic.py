@@ -121,6 +121,6 @@ def test_heteroscedastic_without_held_out_rows():
     latent = reg.set_params(include_noise=False).predict(Xq, return_std=True)[1]
     noise = std ** 2 - latent ** 2
     # the true noise variance is 36 times larger at 2.5 than at -2.5; one noise level would
-    # give a ratio near 1. The network's misfit adds to the low noise: random_state 0-5 give
-    # ratios 2.0-15 (8.8 at 0), so the bound holds for this fit and for other seeds
+    # give a ratio near 1. The network's misfit adds to the low noise, so the fitted ratio
+    # varies widely with random_state; the bound of 2 sits below its range over seeds
     assert noise[1] > 2 * noise[0]
