@@ -94,7 +94,10 @@ T_SHAPE = "likelihood"
 #: Input-dependent noise (``noise_variance``): the prior standard deviation of the log-noise
 #: over the rows (the head's shrinkage), the folds of the cross-fitted comparison that
 #: ``"auto"`` reads, and its rule: the heteroscedastic model is kept when the mean per-row
-#: gain in held-out log density exceeds ``NOISE_Z`` standard errors and ``NOISE_MIN_GAIN``.
+#: gain in held-out log density exceeds ``NOISE_Z`` standard errors and ``NOISE_MIN_GAIN``,
+#: and its mean gain on the network's validation rows is positive (a head fitted to residuals
+#: of features trained on the same rows can narrow intervals where only the training fit is
+#: tight: benchmarks/results/bench_heteroscedastic.md).
 NOISE_PRIOR_SD = 1.0
 NOISE_FOLDS = 5
 #: Fewer rows than this: ``"auto"`` does not compare (homoscedastic).
@@ -223,9 +226,10 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         input-dependent scale. ``"auto"``: heteroscedastic only where the held-out evidence
         supports it (the per-row gain in log predictive density of both models, cross-fitted
         over ``NOISE_FOLDS = 5`` folds with the features fixed, must be ``NOISE_Z = 2``
-        standard errors and ``NOISE_MIN_GAIN = 0.01`` above zero; under ``NOISE_MIN_ROWS =
-        50`` rows no comparison runs), so that data with one noise level keep the
-        homoscedastic model. svi is always homoscedastic.
+        standard errors and ``NOISE_MIN_GAIN = 0.01`` above zero, and positive on average
+        over the validation rows, which the network did not train on; under
+        ``NOISE_MIN_ROWS = 50`` rows no comparison runs), so that data with one noise level
+        keep the homoscedastic model. svi is always homoscedastic.
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows, score the predictive NLL on them
         periodically, stop after ``n_iter_no_change`` epochs without improvement, and keep the
@@ -633,7 +637,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 feat = self._feature_fn(net, scale)
                 if self.noise_variance != "homoscedastic":
                     het = self._fit_noise(feat, Xall, Yall, s2, M, correction, chunk, wall,
-                                          seed)
+                                          seed, None if va is None else len(tr))
                     if het is not None:
                         a, head, post, self.log_marginal_likelihood_value_ = het
                         scale, M = scale * math.sqrt(a), M * a
@@ -667,10 +671,12 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         self._publish(net, scale, correction, s2, post, M, stream, cfg, chunk, head)
         return self
 
-    def _fit_noise(self, feat, X, Y, s2, M, correction, chunk, weights, seed):
+    def _fit_noise(self, feat, X, Y, s2, M, correction, chunk, weights, seed, n_trained=None):
         """The heteroscedastic model on the trained features, or None where it is not
         chosen: ``(prior scale a, NoiseHead, posterior, log evidence)``. With ``"auto"``,
-        it is kept only when its cross-fitted held-out gain pays (``noise_gain_``)."""
+        it is kept only when its cross-fitted held-out gain pays (``noise_gain_``) and, where
+        the rows from ``n_trained`` on are the network's validation rows, its mean gain on
+        those rows is positive."""
         Phi = dbk.features(feat, X, chunk).double()
         Xd, Yd = X.double(), Y.double()
         wd = None if weights is None else weights.double()
@@ -689,11 +695,17 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                                                NOISE_PRIOR_SD, lower))
             except (FloatingPointError, NumericalError):  # a failed head does not pay
                 return None
-            mean, se, pays = paired_gain(gain, NOISE_Z, NOISE_MIN_GAIN,
-                                         None if wd is None else to_numpy(wd))
+            wn = None if wd is None else to_numpy(wd)
+            mean, se, pays = paired_gain(gain, NOISE_Z, NOISE_MIN_GAIN, wn)
             self.noise_gain_ = (mean, se)
             if not (pays and math.isfinite(mean)):
                 return None
+            if n_trained is not None and n_trained < n:
+                # the head learns from residuals of features trained on most of these rows;
+                # on rows the network never saw it must not lose
+                unseen = gain[n_trained:]
+                if np.average(unseen, weights=None if wn is None else wn[n_trained:]) <= 0:
+                    return None
         try:
             a, head, log_ev = dbk.fit_noise(Xd, Phi, Yd, c, float(s2), wd,
                                             prior_sd=NOISE_PRIOR_SD, lower=lower)

@@ -98,3 +98,36 @@ def test_heteroscedastic_svi_raises():
     X, y = growing_noise(20, 5)
     with pytest.raises(ValueError, match="noise_variance='heteroscedastic'"):
         DBKRegressor(noise_variance="heteroscedastic", inference="svi", **SMALL).fit(X, y)
+
+
+@pytest.mark.parametrize("unseen", [-0.05, 0.05])
+def test_auto_needs_the_gain_on_the_validation_rows(monkeypatch, unseen):
+    """The cross-fitted gain is large on the rows the network trained on; "auto" keeps the
+    noise head only if the mean gain on the validation rows (the last rows of the
+    conditioning set) is positive as well."""
+    import torch
+
+    from skbnngp._backend import _dbk as dbk_backend
+
+    n_trained = {}
+    original = DBKRegressor._fit_noise
+
+    def spy(self, *args):
+        n_trained["n"] = args[-1]
+        return original(self, *args)
+
+    def fake_gain(X, Phi, Y, *args, **kwargs):
+        gain = torch.full((Y.shape[0],), 0.5, dtype=Y.dtype)
+        gain += 0.01 * torch.linspace(-1, 1, Y.shape[0], dtype=Y.dtype)  # a nonzero se
+        gain[n_trained["n"]:] = unseen
+        return gain
+
+    monkeypatch.setattr(DBKRegressor, "_fit_noise", spy)
+    monkeypatch.setattr(dbk_backend, "noise_gain", fake_gain)
+    X, y = growing_noise(200, 6)
+    reg = DBKRegressor(**dict(SMALL, max_iter=50)).fit(X, y)
+    assert 0 < n_trained["n"] < 200
+    # over all rows the gain pays either way: only the validation rows decide
+    mean, se = reg.noise_gain_
+    assert mean > 2 * se + 0.01
+    assert reg.noise_model_ == ("heteroscedastic" if unseen > 0 else "homoscedastic")
