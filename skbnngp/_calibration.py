@@ -44,12 +44,23 @@ LOW_NOISE_SHARE = 0.5
 #: below which a target counts as near-noiseless whatever the fitted noise (an emulator).
 LOW_RESIDUAL = 0.01
 
+#: Kurtosis (``mean r^4 / mean(r^2)^2``; 3 for Gaussian residuals, 9 for a t with 5 degrees
+#: of freedom) above which :func:`near_noiseless` with ``tail_check`` reads held-out
+#: residuals as heavy-tailed noise, never as a near-noiseless target's. A GP's fitted noise
+#: tells the two apart (its leave-one-out residuals on a noiseless target can be heavy);
+#: DBK's noise share is as low on heavy-tailed data as on noiseless data, and without the
+#: check the guard hid the tails the Student-t calibration is for.
+HEAVY_KURTOSIS = 20.0
 
-def near_noiseless(residuals, targets, noise_share, weights=None, target_weights=None):
+
+def near_noiseless(residuals, targets, noise_share, weights=None, target_weights=None,
+                   tail_check=False):
     """Whether held-out residuals come from a near-noiseless target: the noise is under
     :data:`LOW_NOISE_SHARE` of their predictive variance, or the residuals are under
     :data:`LOW_RESIDUAL` of the targets' spread (a Nystrom or network noise term can absorb
-    approximation error and stay large). ``weights``: one per row (frequency weights);
+    approximation error and stay large). With ``tail_check``, residuals whose kurtosis
+    exceeds :data:`HEAVY_KURTOSIS` are never near-noiseless (for models whose noise share
+    does not tell outliers from latent error). ``weights``: one per row (frequency weights);
     ``target_weights``: those of the rows of ``targets`` when these are other rows (e.g.
     every training row, the residuals being the held-out ones); default ``weights``.
 
@@ -63,11 +74,13 @@ def near_noiseless(residuals, targets, noise_share, weights=None, target_weights
     if r.ndim == 2 and r.shape[1] > 1:
         t = t.reshape(t.shape[0], -1)
         return np.array([near_noiseless(r[:, j], t[:, j], noise_share, weights,
-                                        target_weights) for j in range(r.shape[1])])
+                                        target_weights, tail_check)
+                         for j in range(r.shape[1])])
     if weights is None:
         spread = float(np.max(np.std(t, axis=0), initial=0.0))
         tiny = spread > 0 and float(np.median(r[np.isfinite(r)])) < LOW_RESIDUAL * spread
-        return bool(noise_share < LOW_NOISE_SHARE or tiny)
+        heavy = tail_check and _heavy(r, None)
+        return bool((noise_share < LOW_NOISE_SHARE or tiny) and not heavy)
     w = np.asarray(weights, dtype=np.float64)
     wt = w if target_weights is None else np.asarray(target_weights, dtype=np.float64)
     t = t.reshape(t.shape[0], -1)
@@ -76,7 +89,21 @@ def near_noiseless(residuals, targets, noise_share, weights=None, target_weights
     r = r.reshape(r.shape[0], -1)
     ok = np.all(np.isfinite(r), axis=1)
     tiny = spread > 0 and weighted_median(r[ok], w[ok]) < LOW_RESIDUAL * spread
-    return bool(noise_share < LOW_NOISE_SHARE or tiny)
+    heavy = tail_check and _heavy(r[ok], w[ok])
+    return bool((noise_share < LOW_NOISE_SHARE or tiny) and not heavy)
+
+
+def _heavy(r, w):
+    """Whether the absolute residuals ``r`` (weights ``w``) have a kurtosis above
+    :data:`HEAVY_KURTOSIS`."""
+    r = np.ravel(r) if w is None else np.ravel(r[:, 0] if r.ndim == 2 else r)
+    ok = np.isfinite(r)
+    r2 = r[ok] ** 2
+    if r2.size < 2:
+        return False
+    ww = None if w is None else np.ravel(w)[ok]
+    m2 = np.average(r2, weights=ww)
+    return bool(m2 > 0 and np.average(r2 ** 2, weights=ww) > HEAVY_KURTOSIS * m2 ** 2)
 
 
 #: ``_parameter_constraints`` entry of a regressor's ``calibration``.

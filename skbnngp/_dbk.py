@@ -661,7 +661,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                                           t_shape=T_SHAPE,
                                           near_noiseless=near_noiseless(
                                               z * np.sqrt(v)[:, None], to_numpy(Yall), share,
-                                              weights=wn), **options)
+                                              weights=wn, tail_check=True), **options)
                     self.calibration_ = method
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve
         self.validation_scores_, self.best_iteration_ = res.validation_scores, res.best_epoch
