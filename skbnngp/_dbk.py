@@ -97,7 +97,7 @@ T_SHAPE = "likelihood"
 #: gain in held-out log density exceeds ``NOISE_Z`` standard errors and ``NOISE_MIN_GAIN``,
 #: and its mean gain on the network's validation rows is positive (a head fitted to residuals
 #: of features trained on the same rows can narrow intervals where only the training fit is
-#: tight: benchmarks/results/bench_heteroscedastic.md).
+#: tight: doc/whats_new.rst).
 NOISE_PRIOR_SD = 1.0
 NOISE_FOLDS = 5
 #: Fewer rows than this: ``"auto"`` does not compare (homoscedastic).
