@@ -94,9 +94,9 @@ def near_noiseless(residuals, targets, noise_share, weights=None, target_weights
 
 
 def _heavy(r, w):
-    """Whether the absolute residuals ``r`` (weights ``w``) have a kurtosis above
+    """Whether the residuals ``r`` of one target (weights ``w``) have a kurtosis above
     :data:`HEAVY_KURTOSIS`."""
-    r = np.ravel(r) if w is None else np.ravel(r[:, 0] if r.ndim == 2 else r)
+    r = np.ravel(r)
     ok = np.isfinite(r)
     r2 = r[ok] ** 2
     if r2.size < 2:

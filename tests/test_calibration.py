@@ -282,9 +282,9 @@ def test_the_levels_t_fit_recovers_a_t_and_counts_weights_as_repeats():
 
 def test_dbk_keeps_the_heavy_tails_of_heavy_tailed_noise():
     """DBK's noise share is as low on heavy-tailed data as on a noiseless target, and the
-    near-noiseless guard (at least 3 degrees of freedom) hid the tails: 5-fold NLPD on
-    make_heavy_tailed(300) went from 2.89 to 4.12. Residuals this heavy are noise: the
-    calibration keeps a t without a variance, and the central intervals still cover."""
+    near-noiseless guard (at least 3 degrees of freedom) hid the tails (doc/whats_new.rst).
+    Residuals this heavy are noise: the calibration keeps a t without a variance, and the
+    central intervals still cover."""
     from skbnngp.datasets import make_heavy_tailed
 
     X, y = make_heavy_tailed(300, 1, random_state=0)

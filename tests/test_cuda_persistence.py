@@ -90,7 +90,8 @@ def test_cuda_fit_pickles_plain_and_loads_on_a_cpu_machine(tmp_path, name, Est, 
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", _LOADER, str(path), str(tmp_path / "X.npy"),
-                           str(ROOT)], env=env, capture_output=True, text=True, timeout=600)
+                           str(ROOT)], check=False, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     on_cpu = pickle.loads((tmp_path / "model.pkl.out").read_bytes())
     assert on_cpu.pop("device") == "cpu"
