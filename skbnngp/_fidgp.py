@@ -48,7 +48,7 @@ KL_ML_FRAC, KL_ANNEAL_FRAC, LR_MILESTONES_FRAC, LR_GAMMA = 0.5, 0.25, (0.5,), 0.
 LABEL_SMOOTHING = 0.0
 #: :meth:`FiDGPClassifier.ood_score`'s subspace (``"combined"``, ``"principal"``,
 #: ``"inducing"``), the principal subspace's share of energy, the rows it is fitted on.
-OOD_METHOD, OOD_ENERGY, OOD_MAX_FIT_ROWS = "combined", 0.99, 5000
+OOD_METHOD, OOD_ENERGY, OOD_MAX_FIT_ROWS = "principal", 0.99, 5000
 #: ``refit="warm"``: the fine-tuning on every row lasts this fraction of ``max_iter`` epochs.
 WARM_REFIT_FRAC = 0.1
 #: Most probabilities :meth:`FiDGPClassifier.sample_proba` returns at once (2 GiB).
@@ -126,9 +126,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
     n_predict_samples : int, default=8
         Weight draws averaged by :meth:`predict_proba`; enough for the NLL, cheap to predict.
     ood_layers : list of int or None, default=None
-        Key layers of :meth:`ood_score` (indices over the linear layers, FiD-GP layers only).
-        None: every hidden FiD-GP layer (they carry the inputs' structure the score reads),
-        or the output layer when no hidden layer is one.
+        Key layers of :meth:`ood_score` (indices over the linear layers): the score reads
+        each one's input. None: every linear layer, so the inputs and each hidden layer's
+        features all count; the last hidden layer's features separate unseen classes that
+        the inputs and the first hidden layer mix.
     calibration : {"auto", "temperature"} or None, default="auto"
         ``"temperature"``: a stratified ``validation_fraction`` of the rows is held out, and
         one ``T`` (``temperature_``, with a Gaussian prior on ``log T`` of std 0.5 below 0
@@ -189,14 +190,13 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
     converged_ : bool
         True when the planned training ran: all ``max_iter`` epochs (``n_iter_no_change=None``)
         or the stopping rule fired before ``max_iter``.
-    inducing_matrices_ : list of ndarray
-        The fixed posterior draw of ``U`` of each OoD key layer.
+    inducing_matrices_ : list of ndarray or None
+        The fixed posterior draw of ``U`` of each OoD key layer (None for a dense layer).
     ood_layers_ : list of int
     ood_method_ : str
         The OoD subspace fitted (:meth:`ood_score` reads this).
     ood_ranks_ : list of int
-        Rank of each subspace of the score (below the layer's input width): the principal
-        ranks of the key layers, then the inducing ones.
+        Rank of each key layer's subspace (below the layer's input width).
     n_parameters_ : int
         Trainable parameters of the network.
     calibration_ : {"temperature"} or None
@@ -573,16 +573,21 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self.converged_ = res.converged or scheduled
 
     # ================================================================== OoD set-up
-    def _ood_key_layers(self, net):
-        inducing = [i for i, _ in net.inducing_layers()]
+    def _ood_key_layers(self, net, method):
+        """The key layers: ``ood_layers``, or by default every linear layer for the
+        principal subspaces (any layer's input has them) and every hidden FiD-GP layer for
+        the inducing ones (only a FiD-GP layer has a ``U``)."""
         n_lin = len(net.layers)
+        allowed = list(range(n_lin))
+        if method != "principal":
+            allowed = [i for i, _ in net.inducing_layers()]
         if self.ood_layers is None:
-            hidden = [i for i in inducing if i < n_lin - 1]
-            return hidden or [inducing[-1]]
+            hidden = [i for i in allowed if i < n_lin - 1]
+            return allowed if method == "principal" else (hidden or [allowed[-1]])
         for i in self.ood_layers:
             if not (isinstance(i, numbers.Integral) and -n_lin <= i < n_lin
-                    and int(i) % n_lin in inducing):
-                raise ValueError(f"ood_layers entries must index FiD-GP layers {inducing} "
+                    and int(i) % n_lin in allowed):
+                raise ValueError(f"ood_layers entries must index layers {allowed} "
                                  f"(of {n_lin} linear layers), got {plain(i)!r}.")
         return sorted({int(i) % n_lin for i in self.ood_layers})
 
@@ -590,11 +595,11 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         """Fix one weight draw and the key layers' ``U``; then the subspaces of ``method``
         (default :data:`OOD_METHOD`) on at most :data:`OOD_MAX_FIT_ROWS` training rows."""
         method = OOD_METHOD if method is None else method
-        keys = self._ood_key_layers(net)
+        keys = self._ood_key_layers(net, method)
         weights, us, colmaps = fixed_draw(net, keys, make_generator(seed, "cpu"),
                                           self.model_plan_["sampling"])
         self.ood_layers_, self.ood_method_ = keys, method
-        self.inducing_matrices_ = [to_numpy(us[i]) for i in keys]
+        self.inducing_matrices_ = [to_numpy(us[i]) if i in us else None for i in keys]
         n = Xt.shape[0]
         rows = np.sort(rng.choice(n, min(n, OOD_MAX_FIT_ROWS), replace=False))
         inputs = self._layer_inputs(Xt[torch.as_tensor(rows, device=Xt.device)], weights)
@@ -707,13 +712,11 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         """Out-of-distribution score (higher = less like the training data).
 
         One forward pass under a fixed weight draw: the input ``a`` (with its bias column)
-        of each key layer (``ood_layers_``) leaves a residual off subspaces of rank below the
-        input width; the score is ``||a - a B B^T|| / ||a||`` (``B`` orthonormal) averaged
-        over them, in [0, 1]. The subspaces are the training inputs' top principal
-        directions holding 99% of their energy (inputs unlike the training inputs) and the
-        row space of the mean inducing weight ``U T_col^T`` (inputs the weights ignore, such
-        as inverted digits): either alone lost to a 5-MLP ensemble on some splits where
-        their mean did not (User Guide). No label is needed; the model is not changed.
+        of each key layer (``ood_layers_``: by default the inputs and every hidden layer's
+        features) leaves a residual off the top principal directions of the training rows'
+        inputs of that layer, which hold 99% of their energy; the score is
+        ``||a - a B B^T|| / ||a||`` (``B`` orthonormal) averaged over the layers, in [0, 1].
+        No label is needed; the model is not changed.
 
         Parameters
         ----------

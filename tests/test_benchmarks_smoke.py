@@ -330,6 +330,8 @@ def test_ood_partitions_script_tiny_run(harness, tmp_path):
     runs = bench.partitions("digits", np.arange(10), 12, 4)
     assert len({ins for ins, _, _ in runs}) == 12 and all(len(ins) == 5 for ins, _, _ in runs)
     assert [role for _, _, role in runs] == ["tuning"] * 3 + ["held out"] * 9
+    more = bench.partitions("digits", np.arange(10), 14, 4)
+    assert more[:12] == runs and [role for _, _, role in more[12:]] == ["new"] * 2
     assert [seed for _, seed, _ in runs] == list(range(12))
     three = bench.partitions("iris", np.arange(3), 12, 2)
     assert sorted({ins for ins, _, _ in three}) == [(0, 1), (0, 2), (1, 2)]
@@ -347,8 +349,14 @@ def test_ood_partitions_script_tiny_run(harness, tmp_path):
     X, y = bench.load("iris")
     Xtr, ytr, _, _, Xout = bench.split(X, y, [0, 1], 0, 50)
     assert len(ytr) == 50 and len(Xout) == 30 and set(ytr) == {0, 1}
-    clf, last, _, _ = bench.fit_models(Xtr, ytr, 0, True)
-    parts = bench.fidgp_scores(clf, last, Xout)
-    both = (parts["principal"] + parts["inducing"]) / 2
-    np.testing.assert_allclose(both, parts["ood_score"], rtol=1e-10)
+    clf, prev, _, _ = bench.fit_models(Xtr, ytr, 0, True)
+    parts = bench.fidgp_scores(clf, prev, Xout)
+    layers = np.mean([parts[f"principal L{i}"] for i in clf.ood_layers_], axis=0)
+    np.testing.assert_allclose(layers, parts["ood_score"], rtol=1e-10)
+    both = (parts["principal (hidden layers)"] + parts["inducing (hidden layers)"]) / 2
+    np.testing.assert_allclose(both, parts["combined (hidden layers)"], rtol=1e-10)
+    # the previous default is rebuilt under the fit's own weight draw: its first layer's
+    # principal basis is the fit's own
+    assert prev[0] == [0, 1] and len(prev[1]) == 4  # principal, then inducing bases
+    np.testing.assert_allclose(prev[1][0].numpy(), clf._ood["bases"][0].numpy(), atol=1e-6)
     assert "## Candidates" in out.with_suffix(".md").read_text()

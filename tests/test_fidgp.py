@@ -398,7 +398,8 @@ def test_ood_score_shape_batch_invariance_and_no_side_effects(digits_ood):
     for k, v in clf.model_.state_dict().items():
         assert torch.equal(before[k], v)
     assert all(p.grad is None for p in clf.model_.parameters())
-    assert len(clf.inducing_matrices_) == len(clf.ood_layers_) == 2  # both hidden layers
+    # every linear layer's input: the inputs, both hidden layers' features
+    assert clf.ood_layers_ == [0, 1, 2] and len(clf.inducing_matrices_) == 3
 
 
 def test_residual_projector_properties(digits_ood):
@@ -456,9 +457,10 @@ def test_variants_train(params, settings):
     s = clf.ood_score(X)
     assert np.all(np.isfinite(s)) and np.all((s >= 0) & (s <= 1 + 1e-6))
     assert clf.model_plan_["sampling"] == settings.get("SAMPLING", "matheron")
-    assert clf.ood_method_ == settings.get("OOD_METHOD", "combined")
+    assert clf.ood_method_ == settings.get("OOD_METHOD", "principal")
     if "Z_INIT" in settings:
-        assert clf.inducing_shapes_ == [(8, 5), None] and clf.ood_layers_ == [0]
+        assert clf.inducing_shapes_ == [(8, 5), None] and clf.ood_layers_ == [0, 1]
+        assert clf.inducing_matrices_[1] is None  # the dense output layer has no U
 
 
 # ============================================================ fitted state
@@ -521,7 +523,10 @@ def test_bad_input():
         FiDGPClassifier().ood_score(X)
     with pytest.raises(ValueError, match="fid_layers"):
         FiDGPClassifier(fid_layers=[5], max_iter=2).fit(X, y)
-    with pytest.raises(ValueError, match="ood_layers"):
+    with pytest.raises(ValueError, match="ood_layers"):  # two linear layers: 0 and 1
+        FiDGPClassifier(hidden_layer_sizes=(4,), ood_layers=[2], max_iter=2).fit(X, y)
+    with patch.object(_fidgp, "OOD_METHOD", "inducing"), \
+            pytest.raises(ValueError, match="ood_layers"):  # a dense layer has no U
         FiDGPClassifier(hidden_layer_sizes=(4,), fid_layers="last", ood_layers=[0],
                         max_iter=2).fit(X, y)
     with pytest.raises(ValueError, match="Unknown label type"):

@@ -169,9 +169,9 @@ def test_parameter_formula_counts_every_flow_step():
 
 
 def test_combined_score_is_the_mean_of_principal_and_inducing():
-    """The default subspaces ("combined") on one fitted network: the mean of the
-    "principal" and the "inducing" scores, with both sets of ranks, and it survives a pickle
-    round trip."""
+    """The "combined" subspaces (an ablation) on one fitted network and the same key layer:
+    the mean of the "principal" and the "inducing" scores, with both sets of ranks; the
+    default ("principal", every linear layer) survives a pickle round trip."""
     import pickle
 
     from sklearn.datasets import load_digits
@@ -183,10 +183,12 @@ def test_combined_score_is_the_mean_of_principal_and_inducing():
     scores, ranks = {}, {}
     for method in ("combined", "principal", "inducing"):  # one weight draw for all three
         other = copy.deepcopy(clf)
+        other.ood_layers = [0]
         other._fit_ood(other.model_, Xt, np.random.RandomState(0), 1, method=method)
         scores[method], ranks[method] = other.ood_score(X[:50]), other.ood_ranks_
     assert ranks["combined"] == ranks["principal"] + ranks["inducing"]
-    assert len(clf.ood_ranks_) == 2 and clf.ood_method_ == "combined"
+    assert clf.ood_method_ == "principal" and clf.ood_layers_ == [0, 1]
+    assert len(clf.ood_ranks_) == 2 and clf.inducing_matrices_[1] is not None
     combined = scores["combined"]
     np.testing.assert_allclose(combined, 0.5 * (scores["principal"] + scores["inducing"]),
                                rtol=1e-5, atol=1e-7)
