@@ -380,6 +380,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in "
                              f"y; got only one class: {plain(classes[0])!r}.")
         self.classes_ = classes
+        plan = self._layer_plan(X.shape[1], len(classes))  # bad ood_layers fail before training
+        self._ood_key_layers(len(plan["shapes"]),
+                             [i for i, shape in enumerate(plan["shapes"]) if shape is not None],
+                             OOD_METHOD)
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=4)
@@ -573,14 +577,12 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self.converged_ = res.converged or scheduled
 
     # ================================================================== OoD set-up
-    def _ood_key_layers(self, net, method):
-        """The key layers: ``ood_layers``, or by default every linear layer for the
-        principal subspaces (any layer's input has them) and every hidden FiD-GP layer for
-        the inducing ones (only a FiD-GP layer has a ``U``)."""
-        n_lin = len(net.layers)
-        allowed = list(range(n_lin))
-        if method != "principal":
-            allowed = [i for i, _ in net.inducing_layers()]
+    def _ood_key_layers(self, n_lin, inducing, method):
+        """The key layers among ``n_lin`` linear layers (``inducing``: the FiD-GP ones):
+        ``ood_layers``, or by default every linear layer for the principal subspaces (any
+        layer's input has them) and every hidden FiD-GP layer for the inducing ones (only a
+        FiD-GP layer has a ``U``)."""
+        allowed = list(range(n_lin)) if method == "principal" else list(inducing)
         if self.ood_layers is None:
             hidden = [i for i in allowed if i < n_lin - 1]
             return allowed if method == "principal" else (hidden or [allowed[-1]])
@@ -595,7 +597,8 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         """Fix one weight draw and the key layers' ``U``; then the subspaces of ``method``
         (default :data:`OOD_METHOD`) on at most :data:`OOD_MAX_FIT_ROWS` training rows."""
         method = OOD_METHOD if method is None else method
-        keys = self._ood_key_layers(net, method)
+        keys = self._ood_key_layers(len(net.layers), [i for i, _ in net.inducing_layers()],
+                                    method)
         weights, us, colmaps = fixed_draw(net, keys, make_generator(seed, "cpu"),
                                           self.model_plan_["sampling"])
         self.ood_layers_, self.ood_method_ = keys, method

@@ -523,7 +523,8 @@ def test_bad_input():
         FiDGPClassifier().ood_score(X)
     with pytest.raises(ValueError, match="fid_layers"):
         FiDGPClassifier(fid_layers=[5], max_iter=2).fit(X, y)
-    with pytest.raises(ValueError, match="ood_layers"):  # two linear layers: 0 and 1
+    with patch.object(FiDGPClassifier, "_fit_network", side_effect=AssertionError("trained")), \
+            pytest.raises(ValueError, match="ood_layers"):  # two linear layers, before training
         FiDGPClassifier(hidden_layer_sizes=(4,), ood_layers=[2], max_iter=2).fit(X, y)
     with patch.object(_fidgp, "OOD_METHOD", "inducing"), \
             pytest.raises(ValueError, match="ood_layers"):  # a dense layer has no U
