@@ -211,9 +211,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
     Decisions against the paper and the authors' code: the flow is on every FiD-GP layer;
     the KL is annealed by fractions of ``max_iter`` (the CIFAR script never switches it on);
     the OoD score is the input residual off a low-rank subspace under one fixed weight draw
-    stored after ``fit``, not the paper's projected feature-gradients; no global random
-    state is touched. Not implemented: batch normalisation and spectral normalisation of the
-    network layers (both optional extensions).
+    stored after ``fit``, read at every linear layer (not only the FiD-GP hidden layers),
+    not the paper's projected feature-gradients; no global random state is touched. Not
+    implemented: batch normalisation and spectral normalisation of the network layers (both
+    optional extensions).
 
     Examples
     --------
