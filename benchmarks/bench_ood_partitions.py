@@ -21,8 +21,8 @@ at most ``--max-train`` training rows (the same rows for the ensemble): a full d
 minutes on one core.
 
 Candidates (computed from the same fit, no refit): ``ood_score``'s parts (the principal
-subspace of each key layer: the inputs, each hidden layer's features), the default before
-2026-11-29 (``"combined"``: the principal and the inducing subspaces of the hidden FiD-GP
+subspace of each key layer: the inputs, each hidden layer's features), the previous default
+(``"combined"``: the principal and the inducing subspaces of the hidden FiD-GP
 layers, under the same weight draw) and its parts, and sums of z-scores (mean and std over
 the training rows) or of ranks (the training rows' empirical CDF) of ``ood_score`` with the
 predictive entropy. The first runs of each set are flagged ``tuning`` (the first 3
@@ -126,8 +126,8 @@ def entropy(p):
 
 
 def previous_default(clf, Xtr):
-    """The ``"combined"`` subspaces of the hidden FiD-GP layers (the default before
-    2026-11-29) under ``clf``'s own weight draw: their bases, in ``subspace_bases``' order."""
+    """The ``"combined"`` subspaces of the hidden FiD-GP layers (the previous default)
+    under ``clf``'s own weight draw: their bases, in ``subspace_bases``' order."""
     import torch
 
     from skbnngp._backend._ood import subspace_bases

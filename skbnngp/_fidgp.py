@@ -380,11 +380,11 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         if len(classes) < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in "
                              f"y; got only one class: {plain(classes[0])!r}.")
-        self.classes_ = classes
         plan = self._layer_plan(X.shape[1], len(classes))  # bad ood_layers fail before training
         self._ood_key_layers(len(plan["shapes"]),
                              [i for i, shape in enumerate(plan["shapes"]) if shape is not None],
                              OOD_METHOD)
+        self.classes_ = classes
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=4)

@@ -46,7 +46,7 @@ class _DeviceSpy(pickle.Pickler):
 
 def _cuda_cases():
     for name, Est in all_estimators():
-        for mode in MODES.get(name, [dict()]):
+        for mode in MODES.get(name, [{}]):
             yield pytest.param(name, Est, {**TINY.get(name, {}), **mode},
                                id="-".join([name, *map(str, mode.values())]))
 

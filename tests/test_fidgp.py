@@ -533,6 +533,10 @@ def test_bad_input():
     with pytest.raises(ValueError, match="Unknown label type"):
         FiDGPClassifier(max_iter=2).fit(X, np.linspace(0, 1, 150))
     clf = FiDGPClassifier(hidden_layer_sizes=(4,), max_iter=2, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="ood_layers"):  # a failed refit keeps the model
+        clf.set_params(ood_layers=[2]).fit(X[y < 2], y[y < 2])
+    assert list(clf.classes_) == [0, 1, 2]
+    clf.set_params(ood_layers=None)
     with pytest.raises(ValueError, match="features"):
         clf.ood_score(X[:, :3])
     bad = X[:5].copy()

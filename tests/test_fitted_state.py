@@ -39,7 +39,7 @@ CALLS = [
 
 def _cases(test):
     for name, Est in all_estimators():
-        for mode in MODES.get(name, [dict()]):
+        for mode in MODES.get(name, [{}]):
             yield pytest.param(name, Est, {**TINY.get(name, {}), **mode},
                                id="-".join([name, *map(str, mode.values())]))
 

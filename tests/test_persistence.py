@@ -31,7 +31,7 @@ from .conftest import (
 
 def _cases(dtypes=("float64", "float32")):
     for name, Est in all_estimators():
-        for mode in MODES.get(name, [dict()]):
+        for mode in MODES.get(name, [{}]):
             for dtype in dtypes:
                 yield pytest.param(name, Est, {**TINY.get(name, {}), **mode, "dtype": dtype},
                                    id=f"{name}-{'-'.join(map(str, mode.values()))}-{dtype}")
@@ -100,7 +100,7 @@ warnings.simplefilter("ignore")
 if action == "fit":
     store = []
     for name, Est in all_estimators():
-        for mode in MODES.get(name, [dict()]):
+        for mode in MODES.get(name, [{}]):
             for kind in kinds:
                 X, y = persistence_data(name, kind)
                 est = Est(device="cpu", random_state=0, **TINY.get(name, {}), **mode).fit(X, y)
