@@ -130,7 +130,7 @@ def _coverage_width(y, lo, hi):
     return inside.mean(axis=0).tolist(), (hi - lo).mean(axis=0).tolist()
 
 
-def conformal_section(sets, n_splits, folds, wrapped, first_split=0):
+def conformal_section(sets, n_splits, folds, wrapped, first_split=0, signed=False, mapie=True):
     from sklearn.model_selection import train_test_split
 
     from skbnngp import ConformalRegressor
@@ -139,12 +139,16 @@ def conformal_section(sets, n_splits, folds, wrapped, first_split=0):
         from mapie.regression import CrossConformalRegressor
     except ImportError:
         CrossConformalRegressor = None
+    if not mapie:
+        CrossConformalRegressor = None
+    # the ablation: equal-tailed intervals from signed scores, labelled apart
+    tag = "conformal cv+ (signed)" if signed else "conformal cv+"
     rows = []
     for ds in sets:
         X, y = load(ds)
         for split in range(first_split, first_split + n_splits):
             Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=split)
-            runs = [(f"conformal cv+ / {w}", "skbnngp", w) for w in wrapped]
+            runs = [(f"{tag} / {w}", "skbnngp", w) for w in wrapped]
             if CrossConformalRegressor is not None:
                 runs += [("MAPIE cv+ / sklearn_gp", "mapie", "sklearn_gp"),
                          ("MAPIE cv+ / gradient_boosting", "mapie", "gradient_boosting")]
@@ -154,7 +158,7 @@ def conformal_section(sets, n_splits, folds, wrapped, first_split=0):
                     warnings.simplefilter("ignore")
                     if kind == "skbnngp":
                         reg = ConformalRegressor(model(base, X.shape[1]), method="cv+",
-                                                 cv=folds).fit(Xtr, ytr)
+                                                 cv=folds, symmetric=not signed).fit(Xtr, ytr)
                         lo, hi = reg.predict_interval(Xte, confidence=LEVELS)
                     else:
                         reg = CrossConformalRegressor(
@@ -305,6 +309,11 @@ def main(argv=None):
     ap.add_argument("--wrapped", nargs="+", choices=REGRESSORS, default=None,
                     help="section 2's regressors inside ConformalRegressor (default: all, "
                          "or the Student-t process quick)")
+    ap.add_argument("--signed", action="store_true",
+                    help="section 2's ablation: ConformalRegressor(symmetric=False), rows "
+                         "labelled 'conformal cv+ (signed)'")
+    ap.add_argument("--skip-mapie", action="store_true",
+                    help="section 2 without the MAPIE rows (an earlier run has them)")
     ap.add_argument("--combine", nargs="+", default=None, metavar="JSON",
                     help="report section 2 from the conformal rows of earlier runs' JSON "
                          "files (runs that extend one another with --first-split); runs "
@@ -328,7 +337,7 @@ def main(argv=None):
     calib = (calibration_section(sets, args.folds, models, args.fold_seed)
              if "calibration" in args.sections else [])
     conf, has_mapie = (conformal_section(sets, args.splits, args.folds, wrapped,
-                                           args.first_split)
+                                           args.first_split, args.signed, not args.skip_mapie)
                        if "conformal" in args.sections else ([], False))
     text = report(calib, conf, has_mapie, args, time.perf_counter() - t0,
                   sys.argv[1:] if argv is None else argv)

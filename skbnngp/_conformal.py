@@ -1,11 +1,11 @@
 """ConformalRegressor: a finite-sample coverage guarantee around any package regressor.
 
-The conformity score of a held-out row is its signed normalised residual
-``(y - m(x)) / s(x)``, where ``m`` is the median of the wrapped regressor's predictive and
-``s`` half the width of its central 50 % interval (finite for every predictive, a Student-t
-without a variance included). The conformalized predictive at ``x`` is the empirical
-distribution of ``m(x) + s(x) * score_i`` over the calibration rows
-(:class:`~skbnngp.distributions.ConformalPredictiveDistribution`).
+The conformity score of a held-out row is its normalised residual ``(y - m(x)) / s(x)``,
+where ``m`` is the median of the wrapped regressor's predictive and ``s`` half the width of
+its central 50 % interval (finite for every predictive, a Student-t without a variance
+included). The conformalized predictive at ``x`` is the empirical distribution of
+``m(x) +- s(x) * |score_i|`` over the calibration rows (symmetric, the default) or of
+``m(x) + s(x) * score_i`` (:class:`~skbnngp.distributions.ConformalPredictiveDistribution`).
 """
 
 from __future__ import annotations
@@ -89,6 +89,15 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         Rows held out for calibration by ``method="split"`` (a fraction or a count). A
         quarter leaves the model most of the rows while a few hundred calibration rows make
         the 95 % interval stable.
+    symmetric : bool, default=True
+        True: the intervals are symmetric about the model's median in units of its scale,
+        from the absolute normalised residuals; both tails share the calibration rows, so
+        the intervals are narrower at the same guaranteed coverage. False: signed
+        residuals and equal-tailed intervals, each tail guaranteed to miss at most
+        ``(1 - c) / 2``; use it for one-sided bounds or when the residuals are skewed in a
+        way the model's predictive does not follow. Symmetric is the default because the
+        central interval's coverage is what most users ask for, and it was narrower on
+        every benchmark set at 90 and 95 %.
     random_state : int, RandomState instance or None, default=None
         Shuffles the rows before the split of ``method="split"``.
 
@@ -98,7 +107,7 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         The fitted models: one (``"split"``) or one per fold (``"cv+"``).
     conformity_scores_ : ndarray of shape (n_calibration,) or (n_calibration, n_targets)
         Signed normalised residuals ``(y - m(x)) / s(x)`` of the calibration rows (every
-        row, out of fold, for ``"cv+"``).
+        row, out of fold, for ``"cv+"``); ``symmetric`` uses their absolute values.
     calibration_indices_ : ndarray of shape (n_calibration,)
         Rows of the training set the scores belong to.
     n_features_in_ : int
@@ -114,20 +123,28 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
     Notes
     -----
     The predictive ``F`` of the wrapped model gives the location ``m(x)`` (its median) and
-    scale ``s(x)`` (half its interquartile range). With calibration scores
-    ``r_i = (y_i - m(x_i)) / s(x_i)``, the predictive at ``x`` puts mass ``1 / (n + 1)`` on
-    each ``m(x) + s(x) r_i``; its central interval at level ``c`` takes the
-    ``floor((n + 1)(1 - c) / 2)``-th and ``ceil((n + 1)(1 + c) / 2)``-th smallest of these
-    (``-inf``/``+inf`` when out of range: the level needs more calibration rows), so that
-    each tail misses at most ``(1 - c) / 2`` of exchangeable new rows (Vovk et al. 2017;
-    the normalised split-conformal score of Lei et al. 2018).
+    scale ``s(x)`` (half its interquartile range), and each calibration row its score
+    ``r_i = (y_i - m(x_i)) / s(x_i)``.
 
-    With ``"cv+"``, the row ``i`` of fold ``k`` contributes ``m_k(x) + s_k(x) r_i``, the
-    model that did not see it evaluated at ``x``: the cross-conformal predictive
-    distribution, whose central intervals are the CV+ intervals of Barber et al. (2021)
-    with signed normalised scores. Their guaranteed coverage is ``2c - 1`` (0.8 at c = 0.9);
-    in practice it is close to ``c``. :meth:`predict` is then the mean of the fold models'
-    medians.
+    With ``symmetric=True`` the predictive at ``x`` puts mass ``1 / (2 (n + 1))`` on each of
+    ``m(x) - s(x) |r_i|`` and ``m(x) + s(x) |r_i|``; its central interval at level ``c`` is
+    ``m(x) +- s(x) q`` with ``q`` the ``ceil((n + 1) c)``-th smallest ``|r_i|`` (infinite
+    when that exceeds ``n``: the level needs more calibration rows), which covers
+    exchangeable new rows with probability at least ``c`` (the normalised split-conformal
+    interval of Lei et al. 2018).
+
+    With ``symmetric=False`` it puts mass ``1 / (n + 1)`` on each ``m(x) + s(x) r_i``; its
+    central interval takes the ``floor((n + 1)(1 - c) / 2)``-th and
+    ``ceil((n + 1)(1 + c) / 2)``-th smallest of these, so that each tail misses at most
+    ``(1 - c) / 2`` (the conformal predictive system of Vovk et al. 2017). Each tail then
+    rests on half as many calibration rows, hence the wider intervals.
+
+    With ``"cv+"``, the row ``i`` of fold ``k`` contributes through ``m_k(x)`` and
+    ``s_k(x)``, the model that did not see it evaluated at ``x``: the cross-conformal
+    predictive distribution, whose central intervals are the CV+ intervals of Barber et al.
+    (2021) with normalised scores. Their guaranteed coverage is ``2c - 1`` (0.8 at
+    c = 0.9); in practice it is close to ``c``. :meth:`predict` is then the mean of the
+    fold models' medians.
 
     References
     ----------
@@ -155,15 +172,17 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         "cv": ["cv_object"],
         "calibration_size": [Interval(Real, 0, 1, closed="neither"),
                              Interval(Integral, 1, None, closed="left")],
+        "symmetric": ["boolean"],
         "random_state": ["random_state"],
     }
 
     def __init__(self, estimator=None, *, method="split", cv=5, calibration_size=0.25,
-                 random_state=None):
+                 symmetric=True, random_state=None):
         self.estimator = estimator
         self.method = method
         self.cv = cv
         self.calibration_size = calibration_size
+        self.symmetric = symmetric
         self.random_state = random_state
 
     def _base(self):
@@ -250,18 +269,22 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         -------
         dist : ConformalPredictiveDistribution
             Batch shape (n_samples,) or (n_samples, n_targets), ``n_calibration`` candidate
-            values per entry (memory: n_samples x n_calibration per target); it has
-            ``cdf``, ``ppf``, ``interval``, ``median``, ``mean``, ``std`` and ``rvs``.
+            values per entry, twice that when ``symmetric`` (memory: n_samples x
+            n_calibration per target, or twice); it has ``cdf``, ``ppf``, ``interval``,
+            ``median``, ``mean``, ``std`` and ``rvs``.
         """
         parts = self._location_scales(X)
         scores = np.moveaxis(self.conformity_scores_, 0, -1)  # (n,) or (n_targets, n)
+        n = scores.shape[-1]
         if self.method == "split":
-            loc, scale = parts[0]
-            return ConformalPredictiveDistribution(
-                loc[..., None] + scale[..., None] * np.sort(scores, axis=-1))
-        loc, scale = (np.stack(a, axis=-1) for a in zip(*parts))  # (..., n_folds)
-        folds = self._fold_of
-        return ConformalPredictiveDistribution(loc[..., folds] + scale[..., folds] * scores)
+            loc, scale = (a[..., None] for a in parts[0])
+        else:
+            loc, scale = (np.stack(a, axis=-1)[..., self._fold_of] for a in zip(*parts))
+        if not self.symmetric:
+            return ConformalPredictiveDistribution(loc + scale * scores)
+        spread = scale * np.abs(scores)
+        return ConformalPredictiveDistribution(
+            np.concatenate([loc - spread, loc + spread], axis=-1), n_calibration=n)
 
     def predict_interval(self, X, confidence=0.9):
         """Central conformal intervals of y at ``X``, at one level or several.
@@ -277,14 +300,20 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         lower, upper : ndarray of shape (n_samples,) or (n_samples, n_targets)
             For one level; a sequence of ``n_levels`` levels adds a trailing axis:
             (n_samples, n_levels) or (n_samples, n_targets, n_levels). A bound is infinite
-            where the level needs more calibration rows (``c > 1 - 2 / (n + 1)``).
+            where the level needs more calibration rows (``c > n / (n + 1)`` when
+            ``symmetric``, else ``c > 1 - 2 / (n + 1)``).
         """
         levels, _ = check_confidence(confidence)
         dist = self.predict_dist(X)
-        n = dist.n_points
-        short = levels[np.ceil((n + 1) * (1 + levels) / 2 - 1e-9) > n]
+        n = dist.n_calibration
+        # the rank of the upper bound among the n scores, and the n that makes it fit
+        if self.symmetric:
+            short = levels[np.ceil((n + 1) * levels - 1e-9) > n]
+            need = int(np.ceil(short.max() / (1 - short.max()) - 1e-9)) if short.size else 0
+        else:
+            short = levels[np.ceil((n + 1) * (1 + levels) / 2 - 1e-9) > n]
+            need = int(np.ceil(2 / (1 - short.max()) - 1 - 1e-9)) if short.size else 0
         if short.size:
-            need = int(np.ceil(2 / (1 - short.max()) - 1 - 1e-9))
             warnings.warn(
                 f"{type(self).__name__}: {n} calibration scores cannot bound a central "
                 f"{short.max():g} interval (it needs {need}), so its bounds are infinite; "

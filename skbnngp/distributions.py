@@ -229,23 +229,30 @@ class NormalMixture:
 class ConformalPredictiveDistribution:
     """Conformal predictive distribution: the empirical distribution of candidate values.
 
-    Each batch entry holds ``n`` candidate values ``p_1 <= ... <= p_n`` (a location plus its
-    predictive scale times a calibration row's signed normalised residual), each of mass
-    ``1 / (n + 1)``, and ``1 / (2 (n + 1))`` at each of ``-inf`` and ``+inf``: the
-    conformal predictive system of Vovk et al. (2017), returned by
+    Each batch entry holds candidate values ``p_1 <= ... <= p_N`` built from ``n``
+    calibration rows: ``N = n`` values (a location plus its predictive scale times a row's
+    signed normalised residual), each of mass ``1 / (n + 1)``, or ``N = 2 n`` (the location
+    plus and minus the scale times the absolute residual: a symmetric predictive), each of
+    mass ``1 / (2 (n + 1))``; and ``1 / (2 (n + 1))`` at each of ``-inf`` and ``+inf``. It
+    is the conformal predictive system of Vovk et al. (2017), returned by
     :meth:`skbnngp.ConformalRegressor.predict_dist`.
 
-    Quantiles round outward from the median (``ppf(q)`` is ``p_k`` with
-    ``k = ceil((n + 1) q)`` for ``q >= 1/2`` and ``k = floor((n + 1) q)`` below, ``+-inf``
-    outside ``1..n``), so that for exchangeable calibration rows each tail of the central
-    interval ``interval(c)`` holds at most ``(1 - c) / 2`` of the new targets: its coverage
-    is at least ``c`` in finite samples. The cdf is a step function, so there is no density
-    (``logpdf``); score it with the CRPS or the interval metrics.
+    Quantiles round outward from the median. With ``N = r n`` (``r`` = 1 or 2), ``ppf(q)``
+    is ``p_k`` with ``k = ceil(r (n + 1) q) - (r - 1)`` for ``q >= 1/2`` and
+    ``k = floor(r (n + 1) q)`` below (never above the rank of ``ppf(1/2)``), ``+-inf``
+    outside ``1..N``. For exchangeable calibration rows the central interval
+    ``interval(c)`` then covers a new target with probability at least ``c`` in finite
+    samples; with ``N = n`` each of its tails also misses at most ``(1 - c) / 2``. The cdf
+    is a step function, so there is no density (``logpdf``); score it with the CRPS or the
+    interval metrics.
 
     Parameters
     ----------
-    points : ndarray of shape batch_shape + (n,)
+    points : ndarray of shape batch_shape + (N,)
         Candidate values of each batch entry (sorted here along the last axis).
+    n_calibration : int, default=None
+        The number ``n`` of calibration rows behind the points: ``N`` (the default) or
+        ``N / 2``.
 
     Examples
     --------
@@ -256,12 +263,24 @@ class ConformalPredictiveDistribution:
     (array([2.]), array([38.]))
     """
 
-    def __init__(self, points):
+    def __init__(self, points, n_calibration=None):
         points = np.asarray(points, dtype=float)
         if points.ndim < 1 or points.shape[-1] == 0 or np.any(np.isnan(points)):
             raise ValueError("points must be a non-empty array without NaN, its last axis "
                              "holding each entry's candidate values.")
+        n_points = points.shape[-1]
+        n = n_points if n_calibration is None else n_calibration
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) \
+                or n_points not in (n, 2 * n):
+            raise ValueError(f"n_calibration must be the number of points ({n_points}) or "
+                             f"half of it; got {n_calibration!r}.")
         self.points = np.sort(points, axis=-1)
+        self.n_calibration = int(n)
+
+    @property
+    def _per_row(self):
+        """Candidate values per calibration row: 1, or 2 for a symmetric predictive."""
+        return self.n_points // self.n_calibration
 
     @property
     def shape(self):
@@ -283,9 +302,12 @@ class ConformalPredictiveDistribution:
         q = np.broadcast_to(np.asarray(q, dtype=float), self.shape)
         if np.any(np.isnan(q) | (q < 0) | (q > 1)):
             raise ValueError("q must lie in [0, 1].")
-        m = (self.n_points + 1) * q
+        r, n = self._per_row, self.n_calibration
+        m = r * (n + 1) * q
         # a hair of tolerance: (n + 1) * (k / (n + 1)) must give rank k, not k + 1
-        k = np.where(q >= 0.5, np.ceil(m - 1e-9), np.floor(m + 1e-9))
+        upper = np.ceil(m - 1e-9) - (r - 1)
+        middle = np.ceil(r * (n + 1) / 2 - 1e-9) - (r - 1)  # the rank of ppf(1/2)
+        k = np.where(q >= 0.5, upper, np.minimum(np.floor(m + 1e-9), middle))
         return self._at_rank(k)
 
     def interval(self, confidence):
@@ -295,13 +317,17 @@ class ConformalPredictiveDistribution:
         return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
 
     def cdf(self, y):
-        """``(#{p_i <= y} + 1/2) / (n + 1)``."""
+        """``(#{p_i <= y} / r + 1/2) / (n + 1)``, ``r`` the candidate values per row."""
         y = np.broadcast_to(np.asarray(y, dtype=float), self.shape)
         below = np.sum(self.points <= y[..., None], axis=-1)
-        return (below + 0.5) / (self.n_points + 1)
+        return (below / self._per_row + 0.5) / (self.n_calibration + 1)
 
     def median(self):
-        return self.ppf(0.5)
+        """``ppf(1/2)``; for a symmetric predictive the midpoint of its two central values."""
+        if self._per_row == 1:
+            return self.ppf(0.5)
+        n = self.n_calibration
+        return 0.5 * (self.points[..., n - 1] + self.points[..., n])
 
     def mean(self):
         """Mean of the candidate values (the infinite tails' mass left out)."""
@@ -321,7 +347,8 @@ class ConformalPredictiveDistribution:
             axis=-1)[..., 0]
 
     def __repr__(self):
-        return f"ConformalPredictiveDistribution(shape={self.shape}, n_points={self.n_points})"
+        return (f"ConformalPredictiveDistribution(shape={self.shape}, n_points={self.n_points}, "
+                f"n_calibration={self.n_calibration})")
 
 
 class OutOfFoldDistribution:

@@ -2,6 +2,7 @@
 (split and CV+ conformal predictive distributions) and out-of-fold predictives (issue 50)."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -119,14 +120,57 @@ def test_conformal_distribution_takes_the_conservative_ranks():
     assert np.all(np.diff([d.ppf(v)[0] for v in q]) >= 0)
 
 
+def test_symmetric_conformal_distribution_takes_the_symmetric_ranks():
+    """n scores with both signs: interval(c) is +- the ceil((n + 1) c)-th smallest |score|
+    (infinite beyond n), ppf is non-decreasing, the cdf counts each point as half a row."""
+    n = 9
+    a = np.arange(1.0, n + 1)
+    d = ConformalPredictiveDistribution(np.concatenate([a, -a])[None, :], n_calibration=n)
+    for c in (0.05, 0.1, 0.5, 0.8, 0.85, 0.9):
+        lo, hi = d.interval(c)
+        k = np.ceil((n + 1) * c - 1e-9)
+        assert hi[0] == k and lo[0] == -k
+    lo, hi = d.interval(0.95)  # rank 10 > n
+    assert lo[0] == -np.inf and hi[0] == np.inf
+    v = np.array([d.ppf(p)[0] for p in np.linspace(0, 1, 101)])
+    assert np.all(v[1:] >= v[:-1]) and v[0] == -np.inf and v[-1] == np.inf
+    assert d.median()[0] == 0.0
+    cdf = [d.cdf(np.array([v]))[0] for v in (0.0, 9.0, -20.0)]
+    np.testing.assert_allclose(cdf, [0.5, 9.5 / 10, 0.5 / 10])
+    with pytest.raises(ValueError, match="n_calibration"):
+        ConformalPredictiveDistribution(np.ones((1, 5)), n_calibration=2)
+
+
+def test_symmetric_split_interval_is_the_median_plus_minus_the_scaled_score_quantile():
+    """Closed form: m(x) +- s(x) q, q the ceil((n + 1) c)-th smallest |r_i| of the
+    calibration rows, m and s the wrapped model's median and half interquartile range."""
+    from skbnngp._conformal import predictive_location_scale
+
+    X, y = _heteroscedastic(np.random.default_rng(3), 120)
+    reg = ConformalRegressor(OverconfidentLine(), calibration_size=40, random_state=0)
+    reg.fit(X, y)
+    m, s = predictive_location_scale(reg.estimators_[0], X[:6])
+    r = np.sort(np.abs(reg.conformity_scores_))
+    lo, hi = reg.predict_interval(X[:6], confidence=[0.5, 0.9])
+    for j, c in enumerate((0.5, 0.9)):
+        q = r[int(np.ceil(41 * c)) - 1]
+        np.testing.assert_allclose(hi[:, j], m + s * q, rtol=1e-12)
+        np.testing.assert_allclose(lo[:, j], m - s * q, rtol=1e-12)
+    # the equal-tailed intervals of the signed scores differ on these skewed residuals
+    signed = clone(reg).set_params(symmetric=False).fit(X, y)
+    assert not np.allclose(signed.predict_interval(X[:6], 0.9), (lo[:, 1], hi[:, 1]))
+
+
 # ============================================================== coverage (Monte Carlo)
-def test_split_conformal_coverage_is_its_exact_finite_sample_value():
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_split_conformal_coverage_is_its_exact_finite_sample_value(symmetric):
     """For continuous scores, the split interval at level c covers a new row with
-    probability exactly (k_u - k_l) / (n + 1) >= c (k_l, k_u its ranks), however badly the
-    model's own intervals cover: 600 random splits, each with a new calibration set and 100
-    new rows. A split's coverage spreads by about 0.066 at c = 0.8 (its Beta law at n = 49
-    plus the 100 test rows; measured over 3,000 splits), so the mean's standard error is
-    at most 0.0027 and the tolerance, 0.01, is over 3.5 of them."""
+    probability exactly (k_u - k_l) / (n + 1) >= c (k_l, k_u its ranks; symmetric:
+    ceil((n + 1) c) / (n + 1)), however badly the model's own intervals cover: 600 random
+    splits, each with a new calibration set and 100 new rows. A split's coverage spreads by
+    about 0.066 at c = 0.8 (its Beta law at n = 49 plus the 100 test rows; measured over
+    3,000 splits), so the mean's standard error is at most 0.0027 and the tolerance, 0.01,
+    is over 3.5 of them."""
     rng = np.random.default_rng(0)
     n_train, n_cal, reps = 50, 49, 600
     levels = np.array([0.8, 0.9, 0.95])
@@ -134,13 +178,17 @@ def test_split_conformal_coverage_is_its_exact_finite_sample_value():
     for r in range(reps):
         X, y = _heteroscedastic(rng, n_train + n_cal + 100)
         reg = ConformalRegressor(OverconfidentLine(), calibration_size=n_cal,
-                                 random_state=r).fit(X[:n_train + n_cal], y[:n_train + n_cal])
+                                 symmetric=symmetric, random_state=r)
+        reg.fit(X[:n_train + n_cal], y[:n_train + n_cal])
         lo, hi = reg.predict_interval(X[-100:], confidence=levels)
         covered[r] = np.mean((y[-100:, None] >= lo) & (y[-100:, None] <= hi), axis=0)
         own[r] = interval_coverage(y[-100:], reg.estimators_[0].predict_dist(X[-100:]), 0.8)
-    k_l = np.floor((n_cal + 1) * (1 - levels) / 2 + 1e-9)
-    k_u = np.ceil((n_cal + 1) * (1 + levels) / 2 - 1e-9)
-    exact = (k_u - k_l) / (n_cal + 1)
+    if symmetric:
+        exact = np.ceil((n_cal + 1) * levels - 1e-9) / (n_cal + 1)
+    else:
+        k_l = np.floor((n_cal + 1) * (1 - levels) / 2 + 1e-9)
+        k_u = np.ceil((n_cal + 1) * (1 + levels) / 2 - 1e-9)
+        exact = (k_u - k_l) / (n_cal + 1)
     assert np.all(exact >= levels)
     np.testing.assert_allclose(covered.mean(axis=0), exact, atol=0.01)
     assert own.mean() < 0.3  # the wrapped model's own 80 % intervals: far too narrow
@@ -188,7 +236,8 @@ def test_conformal_shapes_and_predict_dist():
         n_cal = 20 if method == "split" else 80
         assert reg.conformity_scores_.shape == (n_cal, 2)
         dist = reg.predict_dist(X[:4])
-        assert dist.shape == (4, 2) and dist.n_points == n_cal
+        assert dist.shape == (4, 2) and dist.n_calibration == n_cal
+        assert dist.n_points == 2 * n_cal  # symmetric: each score with both signs
         assert reg.predict(X[:4]).shape == (4, 2)
         lo, hi = reg.predict_interval(X[:4], [0.5, 0.9])
         assert lo.shape == hi.shape == (4, 2, 2)
@@ -221,14 +270,20 @@ def test_conformal_clone_and_pickle_keep_the_intervals():
     assert not hasattr(fresh, "estimators_") and fresh.get_params()["cv"] == 3
 
 
-def test_conformal_warns_when_a_level_needs_more_calibration_rows():
+@pytest.mark.parametrize("symmetric, n_cal, need", [(False, 20, 39), (True, 15, 19)])
+def test_conformal_warns_when_a_level_needs_more_calibration_rows(symmetric, n_cal, need):
     X, y = _data(n=80)
-    reg = ConformalRegressor(OverconfidentLine(), calibration_size=20, random_state=0)
-    reg.fit(X, y)
-    with pytest.warns(UserWarning, match="20 calibration scores .* 0.95 .* needs 39"):
+    reg = ConformalRegressor(OverconfidentLine(), calibration_size=n_cal,
+                             symmetric=symmetric, random_state=0).fit(X, y)
+    with pytest.warns(UserWarning, match=f"{n_cal} calibration scores .* 0.95 .* needs {need}"):
         lo, hi = reg.predict_interval(X[:3], confidence=[0.9, 0.95])
     assert np.all(np.isfinite(lo[:, 0])) and np.all(lo[:, 1] == -np.inf)
     assert np.all(hi[:, 1] == np.inf)
+    # with exactly the rows it needs the bound is finite, and no warning
+    reg.set_params(calibration_size=need).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.all(np.isfinite(reg.predict_interval(X[:3], confidence=0.95)))
 
 
 def test_conformal_wraps_a_student_t_process_by_default():
