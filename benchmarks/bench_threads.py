@@ -176,15 +176,15 @@ def markdown(result):
             lines += ["", (f"The two joblib workers' start-up (new processes importing torch "
                            f"and the package), timed before the table and paid once per "
                            f"process: {start[0]['n_jobs_2_s']:.2f} s. A first parallel "
-                           "search shorter than about twice that is slower than n_jobs=1.",
-                           "",
-                           "Each search runs twice; the ratio is the second's, when every "
-                           "process (the main one and both workers) has met the estimator "
-                           "once, as joblib keeps its workers between searches. The first "
-                           "search also pays each process's one-time imports on first use: "
-                           "the estimator's module and torch's compiler module, which "
-                           "`torch.optim` loads when it builds its first optimiser (about 1 s "
-                           "on this machine).")]
+                           "search shorter than about twice that is slower than n_jobs=1."),
+                      "",
+                      ("Each search runs twice; the ratio is the second's, when every "
+                       "process (the main one and both workers) has met the estimator "
+                       "once, as joblib keeps its workers between searches. The first "
+                       "search also pays each process's one-time imports on first use: "
+                       "the estimator's module and torch's compiler module, which "
+                       "`torch.optim` loads when it builds its first optimiser (about 1 s "
+                       "on this machine).")]
     return "\n".join(lines) + "\n"
 
 
