@@ -243,6 +243,8 @@ def conformal_report(conf, folds, has_mapie=True):
     def mean(ds, m, keep=None):
         sel = [r for r in conf if r["dataset"] == ds and r["model"] == m
                and (keep is None or r["split"] in keep)]
+        if not sel:  # a method not run on this set
+            return None, None, sel
         return (np.mean([r["coverage"] for r in sel], axis=0),
                 np.mean([r["width"] for r in sel], axis=0), sel)
 
