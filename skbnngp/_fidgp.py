@@ -335,12 +335,13 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         shapes, flows = layer_shapes(widths, chosen, self.inducing_rows, self.inducing_cols,
                                      self.flow_length, self.layer_budget,
                                      FLOW_ON_OUTPUT_LAYER, FLOW_HIDDEN)
-        return dict(widths=widths, shapes=shapes, flows=flows, activation=self.activation,
-                    flow_length=int(self.flow_length), prior_sd=float(self.prior_sd),
-                    flow_hidden=FLOW_HIDDEN, flow_dropout=FLOW_DROPOUT,
-                    flow_spectral_norm=FLOW_SPECTRAL_NORM, init_lambda=INIT_LAMBDA,
-                    max_lambda=MAX_LAMBDA, learn_lambda=True, init_sd_u=INIT_SD_U,
-                    max_sd_u=MAX_SD_U, z_init=Z_INIT, sampling=SAMPLING)
+        return {"widths": widths, "shapes": shapes, "flows": flows,
+                "activation": self.activation, "flow_length": int(self.flow_length),
+                "prior_sd": float(self.prior_sd), "flow_hidden": FLOW_HIDDEN,
+                "flow_dropout": FLOW_DROPOUT, "flow_spectral_norm": FLOW_SPECTRAL_NORM,
+                "init_lambda": INIT_LAMBDA, "max_lambda": MAX_LAMBDA, "learn_lambda": True,
+                "init_sd_u": INIT_SD_U, "max_sd_u": MAX_SD_U, "z_init": Z_INIT,
+                "sampling": SAMPLING}
 
     # ================================================================== fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -608,7 +609,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         rows = np.sort(rng.choice(n, min(n, OOD_MAX_FIT_ROWS), replace=False))
         inputs = self._layer_inputs(Xt[torch.as_tensor(rows, device=Xt.device)], weights)
         bases = subspace_bases(inputs, us, colmaps, keys, method, OOD_ENERGY)
-        self._ood = dict(weights=weights, bases=bases)
+        self._ood = {"weights": weights, "bases": bases}
         self.ood_ranks_ = [int(B.shape[1]) for B in bases]
 
     def _layer_inputs(self, Xt, weights=None):

@@ -293,12 +293,13 @@ def test_gpu_script_plan_and_targets(harness):
     assert list(bench.plan([5000], ["dbk_svi"])) == [("dbk_svi", 5000)]
 
     def row(model, n, fit_s, nlpd, peak_gb, device="cuda:0"):
-        return dict(model=model, n=n, fit_s=fit_s, nlpd=nlpd, peak_gb=peak_gb, device=device)
+        return {"model": model, "n": n, "fit_s": fit_s, "nlpd": nlpd, "peak_gb": peak_gb,
+                "device": device}
 
     verdicts = dict(bench.targets([
         row("stp_ard", 20_000, 10.0, 0.30, 2.0), row("gpytorch_exact", 20_000, 20.0, 0.35, 1.0),
         row("stp_ard", 50_000, 75.0, 0.29, 60.0),
-        dict(model="dbk_exact", n=50_000, error="timeout after 600 s")]))
+        {"model": "dbk_exact", "n": 50_000, "error": "timeout after 600 s"}]))
     assert verdicts["STP (ARD) at n = 50,000 fits in under 60 s"].startswith("no (75.0 s)")
     assert verdicts["STP at n = 20,000 faster than GPyTorch's exact GP with a better "
                     "NLPD"].startswith("yes (fit 10.0 s vs 20.0 s, ratio 0.50")

@@ -20,9 +20,10 @@ from skbnngp.kernels import MixedActivationKernel, mixed_activation_kernel
 from ._factor_checks import check_factor_read_on_demand
 from ._promise import assert_same_predictions
 
-FIXED = dict(optimizer=None, device="cpu", noise_variance=0.05, sigma_b2=0.7,
-             sigma_v2=1.3, sigma_u2=1.8, sigma_a2=0.6, leaky_slope=0.3, weights=[0.6, 0.4],
-             calibration=None)  # the GP's own predictive (tests/test_loo_calibration)
+FIXED = {"optimizer": None, "device": "cpu", "noise_variance": 0.05, "sigma_b2": 0.7,
+         "sigma_v2": 1.3, "sigma_u2": 1.8, "sigma_a2": 0.6, "leaky_slope": 0.3,
+         "weights": [0.6, 0.4],
+         "calibration": None}  # the GP's own predictive (tests/test_loo_calibration)
 
 
 @pytest.fixture
@@ -234,7 +235,7 @@ def test_fit_reproducible_and_map_decreases():
     """T20, T22: the same random_state gives the same fit; weights sum to one, alpha and w
     in (0, 1); the MAP objective at the optimum is below its initial value."""
     X, y = toy(n=60)
-    kw = dict(n_anchors=40, max_iter=25, device="cpu", random_state=0)
+    kw = {"n_anchors": 40, "max_iter": 25, "device": "cpu", "random_state": 0}
     a = MixedActivationGPRegressor(**kw).fit(X, y)
     b = MixedActivationGPRegressor(**kw).fit(X, y)
     np.testing.assert_array_equal(a.theta_, b.theta_)
@@ -262,7 +263,7 @@ def test_noise_initialisation_rule(monkeypatch):
 def test_normalize_y_affine_equivariance():
     """T23: fitting a y + b gives a mu + b, |a| std and the same hyperparameters."""
     X, y = toy(n=50)
-    kw = dict(n_anchors=15, max_iter=10, device="cpu", random_state=0, anchors="first")
+    kw = {"n_anchors": 15, "max_iter": 10, "device": "cpu", "random_state": 0, "anchors": "first"}
     r1 = MixedActivationGPRegressor(**kw).fit(X, y)
     with pytest.warns(ConvergenceWarning):
         r2 = MixedActivationGPRegressor(**kw).fit(X, -3.0 * y + 7.0)
@@ -324,8 +325,8 @@ def test_sklearn_gpr_with_adapter_gives_the_exact_fit(fixed_kernel):
     identified, spec 001 §3.4)."""
     X, y = toy(n=40, d=2)
     Xt, _ = toy(n=10, d=2, seed=3)
-    kw = dict(approx="exact", normalize_X=False, device="cpu", random_state=0,
-              calibration=None)
+    kw = {"approx": "exact", "normalize_X": False, "device": "cpu", "random_state": 0,
+          "calibration": None}
     reg = MixedActivationGPRegressor(**kw).fit(X, y)
 
     def kernel_of(r):
@@ -412,15 +413,15 @@ def test_bad_input_errors():
     reg = fixed(n_anchors=5).fit(X, y)
     with pytest.raises(ValueError, match="features"):
         reg.predict(X[:, :2])
-    cases = [(dict(weights=[0.5, 0.6]), "weights"), (dict(activations=("swish",)), "swish"),
-             (dict(activations=("tanh", "tanh")), "repeat"),
-             (dict(noise_variance_bounds=(1.0, 0.1)), "noise_variance_bounds"),
-             (dict(noise_variance=1e3), "noise_variance_bounds"),
-             (dict(anchors=np.zeros((3, 2))), "anchors has 2 features"),
-             (dict(anchors=np.full((3, 3), np.nan)), "anchors"),
-             (dict(optimizer="lbfgs", sigma_u2=1e5), "sigma_u2"),
-             (dict(optimizer="lbfgs", leaky_slope=1e-5), "leaky_slope"),
-             (dict(n_anchors=0), "n_anchors"), (dict(approx="fitc"), "approx")]
+    cases = [({"weights": [0.5, 0.6]}, "weights"), ({"activations": ("swish",)}, "swish"),
+             ({"activations": ("tanh", "tanh")}, "repeat"),
+             ({"noise_variance_bounds": (1.0, 0.1)}, "noise_variance_bounds"),
+             ({"noise_variance": 1e3}, "noise_variance_bounds"),
+             ({"anchors": np.zeros((3, 2))}, "anchors has 2 features"),
+             ({"anchors": np.full((3, 3), np.nan)}, "anchors"),
+             ({"optimizer": "lbfgs", "sigma_u2": 1e5}, "sigma_u2"),
+             ({"optimizer": "lbfgs", "leaky_slope": 1e-5}, "leaky_slope"),
+             ({"n_anchors": 0}, "n_anchors"), ({"approx": "fitc"}, "approx")]
     for params, match in cases:
         with pytest.raises(ValueError, match=match):
             fixed(**params).fit(X, y)
