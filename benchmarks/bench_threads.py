@@ -183,8 +183,7 @@ def markdown(result):
                        "once, as joblib keeps its workers between searches. The first "
                        "search also pays each process's one-time imports on first use: "
                        "the estimator's module and torch's compiler module, which "
-                       "`torch.optim` loads when it builds its first optimiser (about 1 s "
-                       "on this machine).")]
+                       "`torch.optim` loads when it builds its first optimiser.")]
     return "\n".join(lines) + "\n"
 
 

@@ -305,19 +305,12 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         """
         levels, _ = check_confidence(confidence)
         dist = self.predict_dist(X)
-        n = dist.n_calibration
-        # the rank of the upper bound among the n scores, and the n that makes it fit
-        if self.symmetric:
-            short = levels[np.ceil((n + 1) * levels - 1e-9) > n]
-            need = int(np.ceil(short.max() / (1 - short.max()) - 1e-9)) if short.size else 0
-        else:
-            short = levels[np.ceil((n + 1) * (1 + levels) / 2 - 1e-9) > n]
-            need = int(np.ceil(2 / (1 - short.max()) - 1 - 1e-9)) if short.size else 0
-        if short.size:
+        n, need = dist.n_calibration, dist.rows_needed(levels)
+        if np.any(need > n):
             warnings.warn(
                 f"{type(self).__name__}: {n} calibration scores cannot bound a central "
-                f"{short.max():g} interval (it needs {need}), so its bounds are infinite; "
-                "use more rows, a larger calibration_size or method='cv+'.",
+                f"{levels[need > n].max():g} interval (it needs {need.max()}), so its bounds "
+                "are infinite; use more rows, a larger calibration_size or method='cv+'.",
                 UserWarning, stacklevel=2)
         return central_intervals(dist, confidence)
 

@@ -316,6 +316,19 @@ class ConformalPredictiveDistribution:
             raise ValueError("confidence must lie in [0, 1].")
         return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
 
+    def rows_needed(self, confidence):
+        """The fewest calibration rows whose central interval at ``confidence`` is finite:
+        the smallest ``n`` with the rank of ``ppf((1 + c) / 2)`` at most ``r n``, which is
+        ``(1 + c) / (1 - c) - 2 (r - 1) / (r (1 - c))`` rounded up (``2 / (1 - c) - 1`` for
+        signed scores, ``c / (1 - c)`` for symmetric ones)."""
+        c = np.asarray(confidence, dtype=float)
+        if np.any(np.isnan(c) | (c < 0) | (c >= 1)):
+            raise ValueError("confidence must lie in [0, 1): no finite number of calibration "
+                             "rows bounds a central interval of level 1.")
+        r = self._per_row
+        need = (1 + c) / (1 - c) - 2 * (r - 1) / (r * (1 - c))
+        return np.ceil(need - 1e-9).astype(int)
+
     def cdf(self, y):
         """``(#{p_i <= y} / r + 1/2) / (n + 1)``, ``r`` the candidate values per row."""
         y = np.broadcast_to(np.asarray(y, dtype=float), self.shape)

@@ -161,6 +161,19 @@ def test_symmetric_split_interval_is_the_median_plus_minus_the_scaled_score_quan
     assert not np.allclose(signed.predict_interval(X[:6], 0.9), (lo[:, 1], hi[:, 1]))
 
 
+@pytest.mark.parametrize("per_row", [1, 2])
+def test_rows_needed_is_where_the_central_interval_becomes_finite(per_row):
+    for n in range(1, 60):
+        a = np.arange(1.0, n + 1)
+        points = a if per_row == 1 else np.concatenate([a, -a])
+        d = ConformalPredictiveDistribution(points[None, :], n_calibration=n)
+        for c in (0.5, 0.8, 0.9, 0.95, 0.975):
+            finite = bool(np.all(np.isfinite(d.interval(c))))
+            assert finite == (n >= d.rows_needed(c)), (n, c)
+    with pytest.raises(ValueError, match="confidence"):
+        d.rows_needed(1.0)
+
+
 # ============================================================== coverage (Monte Carlo)
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_split_conformal_coverage_is_its_exact_finite_sample_value(symmetric):
