@@ -1,0 +1,145 @@
+"""The MLP's squared error with a hand-written gradient, and the trainer's flat-buffer step.
+
+The hand-written gradient calls the kernels autograd's backward calls, so on one machine the
+numbers agree to round-off; the tolerances (1e-12 relative in float64, 1e-6 in float32) leave
+room for a BLAS that sums a transposed product in another order, and nothing more.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from skbnngp._backend import NetworkTrainer, build_mlp
+from skbnngp._backend._flat import FlatParameters
+from skbnngp._backend._mlp_grad import MLPSquaredError
+from skbnngp._backend._projection import mse_objective
+
+TOL = {torch.float64: 1e-12, torch.float32: 1e-6}
+
+
+def _data(n=120, d=5, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=g, dtype=dtype)
+    Y = torch.sin(X[:, :1]) + 0.1 * torch.randn(n, 1, generator=g, dtype=dtype)
+    w = torch.rand(n, generator=g, dtype=dtype) + 0.5
+    return X, Y, w
+
+
+def _autograd_loss(net, X, Y, w):
+    """The same objective through autograd (what ``mse_objective`` built before)."""
+    def loss(rows, epoch):
+        r = (net(X[rows]).reshape(-1, 1) - Y[rows]).square()
+        return r.mean() if w is None else (w[rows] * r).mean()
+    return loss
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("batch", [1, 7, 32, 120])
+def test_gradient_equals_autograd(dtype, activation, weighted, batch):
+    X, Y, w = _data(dtype=dtype)
+    w = (w / w.mean()).reshape(-1, 1) if weighted else None
+    net = build_mlp(5, (16, 9), 1, activation=activation, seed=3, dtype=dtype)
+    fast = MLPSquaredError.for_network(net, X, Y, w)
+    assert fast is not None
+    rows = torch.randperm(120, generator=torch.Generator().manual_seed(batch))[:batch]
+    loss = _autograd_loss(net, X, Y, w)(rows, 0)
+    loss.backward()
+    expected = [p.grad.clone() for p in net.parameters()]
+    for p in net.parameters():
+        p.grad = None
+    value = fast.value_and_grad(rows, 0)
+    tol = TOL[dtype]
+    torch.testing.assert_close(value, loss.detach(), rtol=tol, atol=0)
+    for p, g in zip(net.parameters(), expected):
+        torch.testing.assert_close(p.grad, g, rtol=tol, atol=tol * float(g.abs().max()))
+    # calling it gives the differentiable loss, like any other objective
+    torch.testing.assert_close(fast(rows, 0), loss, rtol=tol, atol=0)
+    # a second call writes into the existing gradients instead of adding to them
+    fast.value_and_grad(rows, 0)
+    for p, g in zip(net.parameters(), expected):
+        torch.testing.assert_close(p.grad, g, rtol=tol, atol=tol * float(g.abs().max()))
+
+
+def test_other_networks_keep_autograd():
+    X, Y, _ = _data()
+    resnet = build_mlp(5, (8, 8), 1, architecture="resnet", activation="relu")
+    gelu = build_mlp(5, (8,), 1, activation="gelu")
+    own = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, 1)).double()
+    frozen = build_mlp(5, (8,), 1)
+    frozen[0].weight.requires_grad_(False)
+    for net in (resnet, gelu, own, frozen):
+        assert MLPSquaredError.for_network(net, X, Y) is None
+        assert not hasattr(mse_objective(net, X, Y), "value_and_grad")
+    assert isinstance(mse_objective(build_mlp(5, (8,), 1), X, Y), MLPSquaredError)
+    # a linear model (no hidden layer) is covered too
+    assert MLPSquaredError.for_network(build_mlp(5, (), 1), X, Y) is not None
+
+
+def _train(net, loss, epochs, weight_decay=0.0, lr=0.05, rng_seed=0, chunks=(None,)):
+    trainer = NetworkTrainer(loss, list(net.parameters()), modules=[net], learning_rate=lr,
+                             weight_decay=weight_decay, grad_clip=0.5)
+    rng = np.random.RandomState(rng_seed)
+    curve = []
+    for part in chunks:
+        res = trainer.fit(120, batch_size=16, max_epochs=part or epochs, rng=rng,
+                          n_iter_no_change=None)
+        curve += res.loss_curve
+    return trainer, curve
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_flat_training_follows_the_autograd_trajectory(weighted):
+    """Adam on one flat buffer and the clipped hand-written gradient: the same steps as
+    per-tensor Adam on autograd's gradient (a high rate so the clip acts)."""
+    X, Y, w = _data()
+    w = (w / w.mean()).reshape(-1, 1) if weighted else None
+    ref = build_mlp(5, (16, 9), 1, activation="relu", seed=1)
+    fast = build_mlp(5, (16, 9), 1, activation="relu", seed=1)
+    t_ref, c_ref = _train(ref, _autograd_loss(ref, X, Y, w), 15, weight_decay=1e-3)
+    t_fast, c_fast = _train(fast, MLPSquaredError.for_network(fast, X, Y, w), 15,
+                            weight_decay=1e-3)
+    assert t_ref._flat is None and t_fast._flat is not None
+    np.testing.assert_allclose(c_fast, c_ref, rtol=1e-10)
+    for p, q in zip(fast.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12)
+
+
+def test_flat_buffer_is_released_after_fit_and_rebound_for_the_next():
+    X, Y, _ = _data()
+    a = build_mlp(5, (16,), 1, activation="tanh", seed=2)
+    b = build_mlp(5, (16,), 1, activation="tanh", seed=2)
+    t_a, curve_a = _train(a, MLPSquaredError.for_network(a, X, Y), 6, chunks=(2, 4))
+    _, curve_b = _train(b, MLPSquaredError.for_network(b, X, Y), 6)
+    # after fit each parameter owns its memory again and holds no gradient
+    buf = t_a._flat.buffer
+    for p in a.parameters():
+        assert p.grad is None and p._base is None
+        assert p.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr()
+    # two fits in a row (Adam's state kept) are one fit of as many epochs
+    np.testing.assert_allclose(curve_a, curve_b, rtol=1e-12)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-12, atol=0)
+
+
+def test_flat_parameters_clip_matches_torch():
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(s, generator=g, dtype=torch.float64))
+          for s in [(4, 3), (4,), (1, 4), (1,)]]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    flat = FlatParameters(ps)
+    for p, q in zip(ps, ref):
+        q.grad = torch.randn(p.shape, generator=g, dtype=torch.float64) * 3
+        p.grad.copy_(q.grad)
+    flat.clip_grad_norm_(1.0)
+    torch.nn.utils.clip_grad_norm_(ref, 1.0)
+    for p, q in zip(ps, ref):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=0)
+    assert abs(float(torch.linalg.vector_norm(flat.buffer.grad)) - 1.0) < 1e-5
+    # the parameters are views of the buffer while bound
+    with torch.no_grad():
+        flat.buffer.zero_()
+    assert all(float(p.detach().abs().max()) == 0.0 for p in ps)
+    assert not FlatParameters.supports([ps[0], ps[1].float()])
