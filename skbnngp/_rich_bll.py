@@ -63,6 +63,10 @@ EXACT_ROUTE_MAX = 2**26
 #: plateau stops training (0: the first plateau stops it, a constant rate).
 PLATEAU_DROPS = 2
 PLATEAU_FACTOR = 0.1
+#: The plateau after a drop, as a fraction of ``n_iter_no_change``: at a tenth of the rate
+#: the validation score settles within it, and the fit is about 0.6x as long at the same
+#: NLPD (issue 49; ``benchmarks/results/network_cost.md``).
+PLATEAU_PATIENCE = 0.25
 #: Gradient-norm clipping of the training (the paper's 1.0; None: none).
 GRAD_CLIP = 1.0
 #: Epochs between two validation scores.
@@ -167,15 +171,17 @@ default="auto"
         Adam's weight decay; none, as in the paper, since early stopping regularises.
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the rows and score the validation RMSE every
-        epoch: the first two times it has not improved for ``n_iter_no_change`` epochs, the
-        best network so far is restored and the learning rate divided by 10; the third
-        plateau stops training and the best network is kept. The posterior then conditions
+        epoch: the first time it has not improved for ``n_iter_no_change`` epochs, the
+        best network so far is restored and the learning rate divided by 10; the second
+        time, after a quarter as many epochs at that rate, again; the third plateau (as
+        short) stops training and the best network is kept. The posterior then conditions
         on all rows, and the held-out rows calibrate the predictive (``calibration``).
     validation_fraction : float, default=0.2
         Fraction of the rows held out by ``early_stopping``.
     n_iter_no_change : int, default=200
-        Epochs without a better validation RMSE that make a plateau (or, without early
-        stopping, without a training-loss improvement of ``tol`` that stop training).
+        Epochs without a better validation RMSE that make the first plateau, a quarter of
+        it the later ones (or, without early stopping, epochs without a training-loss
+        improvement of ``tol`` that stop training).
     tol : float, default=1e-4
         Training-loss improvement that counts when ``early_stopping=False``.
     normalize_X : bool, default=True
@@ -531,6 +537,8 @@ default="auto"
                           rng=rng, validate=validate, validation_interval=VALIDATION_INTERVAL,
                           n_iter_no_change=self.n_iter_no_change, tol=self.tol,
                           plateau_drops=PLATEAU_DROPS, plateau_factor=PLATEAU_FACTOR,
+                          plateau_patience=max(1, round(PLATEAU_PATIENCE
+                                                        * self.n_iter_no_change)),
                           verbose=self.verbose, label=type(self).__name__)
         warn_training(self, res, "increase max_iter or lower n_iter_no_change", stacklevel=6)
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve

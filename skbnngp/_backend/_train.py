@@ -440,7 +440,8 @@ class NetworkTrainer:
 
     def fit(self, n_rows, *, batch_size=None, max_epochs=100, rng=None, validate=None,
             validation_interval=10, n_iter_no_change=10, tol=1e-4, sync_steps=10,
-            min_epochs=0, plateau_drops=0, plateau_factor=0.1, verbose=0, label="network",
+            min_epochs=0, plateau_drops=0, plateau_factor=0.1, plateau_patience=None,
+            verbose=0, label="network",
             print_fn=None):
         """Train for at most ``max_epochs`` epochs over ``n_rows`` training rows.
 
@@ -467,6 +468,10 @@ class NetworkTrainer:
             learning rate is multiplied by ``plateau_factor`` instead of stopping (a
             reduce-on-plateau schedule); the next plateau stops.
         plateau_factor : float
+        plateau_patience : int or None
+            Epochs without improvement that make a plateau once the rate has been lowered
+            (a lower rate settles sooner); ``None``: ``n_iter_no_change``, as before the
+            first drop.
         min_epochs : int
             The training-loss stopping rule only counts epochs after this many (a loss whose
             terms change with the epoch, such as an annealed KL, is compared only once the
@@ -495,6 +500,7 @@ class NetworkTrainer:
             interval = max(1, int(validation_interval))
             # ``None``: no stopping rule, every one of ``max_epochs`` epochs runs (a schedule)
             patience = math.inf if n_iter_no_change is None else max(1, int(n_iter_no_change))
+            after_drop = patience if plateau_patience is None else max(1, int(plateau_patience))
             bar = _progress_bar(max_epochs, label) if verbose else None
             t0 = time.perf_counter()
             last_good = self.snapshot()
@@ -532,7 +538,8 @@ class NetworkTrainer:
                     if score < res.best_score:
                         res.best_score, res.best_epoch = score, k
                         best_state = last_good
-                    stop = k - max(res.best_epoch, last_drop) >= patience
+                    wait = patience if not res.lr_drops else after_drop
+                    stop = k - max(res.best_epoch, last_drop) >= wait
                     if stop and drops_left > 0:
                         # a plateau: go back to the best state and go on with a lower rate
                         drops_left, last_drop, stop = drops_left - 1, k, False

@@ -119,6 +119,22 @@ def test_plateau_schedule_restores_the_best_state_and_lowers_the_rate():
     assert res2.lr_drops == [] and res2.n_epochs == 50 and res2.best_epoch == 20
 
 
+def test_plateau_patience_shortens_the_plateaus_after_a_drop():
+    """``plateau_patience``: once the rate has been lowered, a plateau is that many epochs
+    without improvement, not ``n_iter_no_change``."""
+    X, y = _regression()
+    net = build_mlp(2, (16,), 1, seed=0)
+    # best at 20; no better score after the first plateau
+    scores = iter([5.0, 1.0] + [9.0] * 40)
+    res = _mse_trainer(net, X, y, learning_rate=1e-2).fit(
+        64, max_epochs=500, validate=lambda: next(scores), validation_interval=10,
+        n_iter_no_change=30, plateau_drops=2, plateau_patience=10,
+        rng=np.random.RandomState(0))
+    # first plateau at 50 (30 after the best); then 10 epochs each: a drop at 60, stop at 70
+    assert res.lr_drops == [50, 60]
+    assert res.n_epochs == 70 and res.stopped_early and res.best_epoch == 20
+
+
 def test_without_validation_stops_on_a_flat_training_loss():
     X, y = _regression()
     net = build_mlp(2, (), 1, seed=0)  # a linear model: converges fast
