@@ -391,3 +391,24 @@ def test_module_settings_are_read_at_fit_only(fitted, monkeypatch):
                         ("PLATEAU_DROPS", 0), ("GRAD_CLIP", None)]:
         monkeypatch.setattr(_rich_bll, name, value)
     np.testing.assert_array_equal(est.predict_std(X), std)
+
+
+def test_default_network_trains_without_autograd(monkeypatch):
+    """The default ReLU network's training steps take the hand-written gradient
+    (``_backend._mlp_grad``): no autograd backward pass runs during its fit. An activation
+    it does not cover keeps autograd, so the counter sees backward passes when they run."""
+    calls = []
+    real = torch.Tensor.backward
+
+    def backward(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "backward", backward)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=60)
+    est = RichBLLRegressor(max_iter=20, device="cpu", random_state=0).fit(X, y)
+    assert est.n_iter_ == 20 and not calls
+    RichBLLRegressor(activation="gelu", max_iter=20, device="cpu", random_state=0).fit(X, y)
+    assert len(calls) >= 20
