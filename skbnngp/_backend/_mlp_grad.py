@@ -10,7 +10,8 @@ autograd graph and engine: for networks of a few thousand weights, most of a ste
 the CPU.
 
 :class:`~._train.NetworkTrainer` uses :meth:`MLPSquaredError.value_and_grad` when the loss
-has it; calling the object gives the differentiable loss, as any other objective.
+has it and its :meth:`~MLPSquaredError.parameters` are the ones trained; calling the object
+gives the differentiable loss, as any other objective.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ class MLPSquaredError:
     def for_network(cls, net, X, Y, weights=None):
         layers = _layer_plan(net)
         return None if layers is None else cls(net, layers, X, Y, weights)
+
+    def parameters(self):
+        """The tensors whose ``.grad`` :meth:`value_and_grad` writes."""
+        return list(self.net.parameters())
 
     def _residuals(self, out, rows):
         return out.reshape(-1, 1) - self.Y[rows]

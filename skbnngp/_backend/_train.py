@@ -287,7 +287,9 @@ class NetworkTrainer:
         # the per-tensor overhead that is most of a small network's step on the CPU
         self._flat = None
         if (getattr(loss_fn, "value_and_grad", None) is not None and self.tape is None
-                and len(groups) == 1 and FlatParameters.supports(groups[0]["params"])):
+                and len(groups) == 1 and FlatParameters.supports(groups[0]["params"])
+                and {id(p) for p in loss_fn.parameters()}
+                == {id(p) for p in groups[0]["params"]}):
             self._flat = FlatParameters(groups[0]["params"])
             groups[0]["params"] = [self._flat.buffer]
             kw = {"foreach": False}

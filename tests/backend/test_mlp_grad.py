@@ -107,6 +107,24 @@ def test_flat_training_follows_the_autograd_trajectory(weighted):
         torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12)
 
 
+def test_flat_path_only_when_the_loss_writes_the_trained_parameters():
+    """A trainer given other parameters (or the network's split over two groups) than those
+    whose gradients the loss writes differentiates with autograd, and still trains."""
+    X, Y, _ = _data()
+    net = build_mlp(5, (8,), 1, activation="relu", seed=0)
+    loss = MLPSquaredError.for_network(net, X, Y)
+    params = list(net.parameters())
+    split = NetworkTrainer(loss, params[:2], params[2:], modules=[net], learning_rate=0.05)
+    assert split._flat is None
+    before = [p.detach().clone() for p in params]
+    split.fit(120, batch_size=16, max_epochs=2, rng=np.random.RandomState(0),
+              n_iter_no_change=None)
+    assert all(not torch.equal(p, q) for p, q in zip(params, before))
+    part = NetworkTrainer(loss, params[:2], modules=[net])
+    assert part._flat is None
+    assert NetworkTrainer(loss, params, modules=[net])._flat is not None
+
+
 def test_flat_buffer_is_released_after_fit_and_rebound_for_the_next():
     X, Y, _ = _data()
     a = build_mlp(5, (16,), 1, activation="tanh", seed=2)
