@@ -14,8 +14,8 @@ early stopping, in the same run, one thread (``OMP_NUM_THREADS=1``, torch's intr
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_network_cost.py --candidate --fidgp   # ~7 min
-    OMP_NUM_THREADS=1 python benchmarks/bench_network_cost.py --sets concrete     # ~1 min
+    OMP_NUM_THREADS=1 python benchmarks/bench_network_cost.py --candidate --fidgp   # ~5 min
+    OMP_NUM_THREADS=1 python benchmarks/bench_network_cost.py --sets concrete     # ~30 s
 
 Writes ``benchmarks/results/network_cost.md`` (and ``.json``).
 """
