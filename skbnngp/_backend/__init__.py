@@ -3,10 +3,11 @@
 Device/dtype resolution and NumPy<->torch conversion (:mod:`._device`), stable Cholesky and
 low-rank solves (:mod:`._linalg`), chunked evaluation (:mod:`._chunks`), the optimisation loop
 (:mod:`._optim`), seeding (:mod:`._random`), exact/Nystrom GP likelihoods with adjoint
-gradients (:mod:`._gp`), the calibration numerics (:mod:`._calibration`), Bayesian linear regression on features (:mod:`._blr`) and the
-network-training loop with the MLP builder (:mod:`._train`; its flat-buffer step,
-:mod:`._flat`, and an MLP's hand-written squared-error gradient, :mod:`._mlp_grad`). Every estimator uses these; extend them rather than writing a second
-one.
+gradients (:mod:`._gp`), the calibration numerics (:mod:`._calibration`), Bayesian linear
+regression on features (:mod:`._blr`) and the network-training loop with the MLP builder
+(:mod:`._train`; its flat-buffer step, :mod:`._flat`, and an MLP's hand-written
+squared-error gradient, :mod:`._mlp_grad`). Every estimator uses these; extend them rather
+than writing a second one.
 """
 
 from ._blr import (BLREvidence, BLRPosterior, DiagNoiseEvidence, blr_fit_scales, blr_log_evidence,

@@ -48,15 +48,6 @@ class FlatParameters:
                 offset += n
         self.bound = True
 
-    def clip_grad_norm_(self, max_norm):
-        """Scale the gradient to norm at most ``max_norm``, as
-        :func:`torch.nn.utils.clip_grad_norm_` does over the parameters (the norm of their
-        norms, ``min(1, max_norm / (norm + 1e-6))``; on the CPU these are the same per-tensor
-        norms, so the same numbers), with one multiplication of the buffer."""
-        norms = [torch.linalg.vector_norm(p.grad) for p in self.params]
-        total = torch.linalg.vector_norm(torch.stack(norms))
-        self.buffer.grad.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
-
     def release(self):
         if not self.bound:
             return
@@ -64,3 +55,16 @@ class FlatParameters:
             p.data = p.data.clone()
             p.grad = None
         self.bound = False
+
+
+def clip_grad_norm_(flats, params, max_norm):
+    """Scale the gradient of ``params`` (bound to ``flats``) to norm at most ``max_norm`` as
+    :func:`torch.nn.utils.clip_grad_norm_` does: the norm of the per-parameter norms, in the
+    order of ``params``, and the factor ``min(1, max_norm / (norm + 1e-6))`` (on the CPU the
+    per-tensor norms are the ones it takes, so the numbers are the same), applied with one
+    multiplication per buffer."""
+    norms = [torch.linalg.vector_norm(p.grad) for p in params]
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    factor = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for flat in flats:
+        flat.buffer.grad.mul_(factor)

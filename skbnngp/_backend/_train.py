@@ -13,9 +13,9 @@ Two pieces:
   the last finite state restored) when the loss becomes NaN or inf.
 
 A loss that writes its own gradient (:class:`~._mlp_grad.MLPSquaredError`, a plain MLP's
-squared error) is stepped without autograd, over one flat buffer of the parameters
-(:class:`~._flat.FlatParameters`): the same numbers, a fraction of a small network's step
-time on the CPU.
+squared error) is stepped without autograd, and it and, on request (``flat=True``), an
+autograd loss over one flat buffer per parameter group (:class:`~._flat.FlatParameters`):
+the same numbers, a fraction of a small network's step time on the CPU.
 
 The losses stay on the device: they are brought to the host only every few steps (at least
 ``sync_steps`` gradient steps apart, and at each validation), never once per step. The
@@ -37,7 +37,7 @@ import torch
 
 from ..exceptions import NumericalError
 from ._device import to_numpy
-from ._flat import FlatParameters
+from ._flat import FlatParameters, clip_grad_norm_
 
 #: Activations accepted by name.
 ACTIVATIONS = {
@@ -246,6 +246,14 @@ class NetworkTrainer:
         ``epoch`` except through ``epoch_fn``). A step of a network with thousands of small
         kernels is then one launch instead of thousands. If a capture fails, the steps stay
         eager (:attr:`graph_error` says why). Ignored on other devices.
+    flat : bool
+        Step each parameter group as one flat buffer (:class:`~._flat.FlatParameters`):
+        Adam and the gradient clip on one tensor per group, the same numbers with less
+        per-tensor overhead. Every parameter must then get a gradient at every step: one
+        without would still move by Adam's momentum, where torch's per-tensor step skips it.
+        A loss that writes its own gradients (``value_and_grad`` and ``parameters``, as
+        :class:`~._mlp_grad.MLPSquaredError`) is stepped flat whatever this says. Not with
+        ``cuda_graph``.
     """
 
     #: Eager steps of a batch size before its step is captured (the optimiser's state and
@@ -255,7 +263,7 @@ class NetworkTrainer:
     def __init__(self, loss_fn, decay_params, other_params=(), *, modules=(),
                  optimizer="adam", learning_rate=1e-3, weight_decay=0.0, grad_clip=None,
                  lr_milestones=(), lr_gamma=0.1, extra_groups=(), device="cpu",
-                 epoch_fn=None, cuda_graph=None):
+                 epoch_fn=None, cuda_graph=None, flat=False):
         self.device = torch.device(device)
         self.tape = cuda_graph if self.device.type == "cuda" else None
         self.epoch_fn = epoch_fn
@@ -282,16 +290,19 @@ class NetworkTrainer:
         # (identical predictions), one kernel per group instead of one per parameter, which
         # is most of an optimiser step for the many small tensors of these networks
         kw = {"foreach": True}
-        # a loss that writes its own gradients (a plain MLP's squared error, ._mlp_grad)
-        # steps one flat buffer of every parameter: the same elementwise Adam, without
-        # the per-tensor overhead that is most of a small network's step on the CPU
-        self._flat = None
-        if (getattr(loss_fn, "value_and_grad", None) is not None and self.tape is None
-                and len(groups) == 1 and FlatParameters.supports(groups[0]["params"])
-                and {id(p) for p in loss_fn.parameters()}
-                == {id(p) for p in groups[0]["params"]}):
-            self._flat = FlatParameters(groups[0]["params"])
-            groups[0]["params"] = [self._flat.buffer]
+        # one flat buffer per group (._flat): the same elementwise Adam, without the
+        # per-tensor overhead that is much of a small network's step on the CPU. Always for
+        # a loss that writes its own gradients (a plain MLP's squared error, ._mlp_grad),
+        # on request (``flat``) for an autograd loss; never for captured CUDA graphs.
+        self._flats = []
+        writes = getattr(loss_fn, "value_and_grad", None) is not None and (
+            {id(p) for p in loss_fn.parameters()} == {id(p) for p in self.params})
+        self._writes_grad = writes
+        if (writes or flat) and self.tape is None and all(
+                FlatParameters.supports(g["params"]) for g in groups):
+            self._flats = [FlatParameters(g["params"]) for g in groups]
+            for g, f in zip(groups, self._flats):
+                g["params"] = [f.buffer]
             kw = {"foreach": False}
         if self.tape is not None:
             # a captured step reads its learning rates from tensors that the schedule fills
@@ -372,15 +383,21 @@ class NetworkTrainer:
         return total / n_rows
 
     def _eager_step(self, rows):
-        if self._flat is not None:  # the gradient written into the flat buffer's views
-            self._flat.bind()
+        for f in self._flats:  # the gradients are views of the buffers' gradients
+            f.bind()
+        if self._flats and self._writes_grad:
             loss = self.loss_fn.value_and_grad(rows, self.epoch)
+        elif self._flats:  # autograd adds into the zeroed views
+            for f in self._flats:
+                f.buffer.grad.zero_()
+            loss = self.loss_fn(rows, self.epoch)
+            loss.backward()
         else:
             loss = self.loss_fn(rows, self.epoch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-        if self.grad_clip is not None and self._flat is not None:
-            self._flat.clip_grad_norm_(self.grad_clip)
+        if self.grad_clip is not None and self._flats:
+            clip_grad_norm_(self._flats, self.params, self.grad_clip)
         elif self.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
         self.optimizer.step()
@@ -590,8 +607,8 @@ class NetworkTrainer:
             return res
 
         finally:
-            if self._flat is not None:  # the module gets its own memory back
-                self._flat.release()
+            for f in self._flats:  # the modules get their own memory back
+                f.release()
 
 
 @contextlib.contextmanager

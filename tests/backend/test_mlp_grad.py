@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from skbnngp._backend import NetworkTrainer, build_mlp
-from skbnngp._backend._flat import FlatParameters
+from skbnngp._backend._flat import FlatParameters, clip_grad_norm_
 from skbnngp._backend._mlp_grad import MLPSquaredError
 from skbnngp._backend._projection import mse_objective
 
@@ -101,28 +101,50 @@ def test_flat_training_follows_the_autograd_trajectory(weighted):
     t_ref, c_ref = _train(ref, _autograd_loss(ref, X, Y, w), 15, weight_decay=1e-3)
     t_fast, c_fast = _train(fast, MLPSquaredError.for_network(fast, X, Y, w), 15,
                             weight_decay=1e-3)
-    assert t_ref._flat is None and t_fast._flat is not None
+    assert not t_ref._flats and len(t_fast._flats) == 1
     np.testing.assert_allclose(c_fast, c_ref, rtol=1e-10)
     for p, q in zip(fast.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12)
 
 
 def test_flat_path_only_when_the_loss_writes_the_trained_parameters():
-    """A trainer given other parameters (or the network's split over two groups) than those
-    whose gradients the loss writes differentiates with autograd, and still trains."""
+    """The loss's gradients are used only when it writes those of every trained parameter;
+    parameters split over two groups get one buffer each and train as with autograd."""
     X, Y, _ = _data()
-    net = build_mlp(5, (8,), 1, activation="relu", seed=0)
-    loss = MLPSquaredError.for_network(net, X, Y)
-    params = list(net.parameters())
-    split = NetworkTrainer(loss, params[:2], params[2:], modules=[net], learning_rate=0.05)
-    assert split._flat is None
-    before = [p.detach().clone() for p in params]
-    split.fit(120, batch_size=16, max_epochs=2, rng=np.random.RandomState(0),
-              n_iter_no_change=None)
-    assert all(not torch.equal(p, q) for p, q in zip(params, before))
-    part = NetworkTrainer(loss, params[:2], modules=[net])
-    assert part._flat is None
-    assert NetworkTrainer(loss, params, modules=[net])._flat is not None
+    nets = [build_mlp(5, (8,), 1, activation="relu", seed=0) for _ in range(2)]
+    losses = [MLPSquaredError.for_network(nets[0], X, Y), _autograd_loss(nets[1], X, Y, None)]
+    trainers = []
+    for net, loss in zip(nets, losses):
+        ps = list(net.parameters())
+        trainers.append(NetworkTrainer(loss, ps[:2], ps[2:], modules=[net], learning_rate=0.05,
+                                       weight_decay=1e-3, grad_clip=0.5))
+        trainers[-1].fit(120, batch_size=16, max_epochs=3, rng=np.random.RandomState(0),
+                         n_iter_no_change=None)
+    assert len(trainers[0]._flats) == 2 and not trainers[1]._flats
+    for p, q in zip(*(net.parameters() for net in nets)):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-13)
+    ps = list(nets[0].parameters())
+    assert not NetworkTrainer(losses[0], ps[:2], modules=[nets[0]])._flats  # a subset
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_flat_request_for_an_autograd_loss(flat):
+    """``flat=True`` steps an autograd loss over the groups' buffers: the same trajectory as
+    the per-tensor step (every parameter gets a gradient at every step here)."""
+    X, Y, _ = _data()
+    nets = [build_mlp(5, (8,), 1, activation="gelu", seed=0) for _ in range(2)]
+    out = []
+    for net, use in zip(nets, (False, flat)):
+        ps = list(net.parameters())
+        tr = NetworkTrainer(_autograd_loss(net, X, Y, None), ps[:2], ps[2:], modules=[net],
+                            learning_rate=0.05, grad_clip=0.5, flat=use)
+        assert len(tr._flats) == (2 if use else 0)
+        out.append(tr.fit(120, batch_size=16, max_epochs=3, rng=np.random.RandomState(0),
+                          n_iter_no_change=None).loss_curve)
+    np.testing.assert_allclose(out[1], out[0], rtol=1e-12)
+    for p, q in zip(*(net.parameters() for net in nets)):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-13)
+        assert not flat or (q._base is None and q.grad is None)  # released after fit
 
 
 def test_flat_buffer_is_released_after_fit_and_rebound_for_the_next():
@@ -132,7 +154,7 @@ def test_flat_buffer_is_released_after_fit_and_rebound_for_the_next():
     t_a, curve_a = _train(a, MLPSquaredError.for_network(a, X, Y), 6, chunks=(2, 4))
     _, curve_b = _train(b, MLPSquaredError.for_network(b, X, Y), 6)
     # after fit each parameter owns its memory again and holds no gradient
-    buf = t_a._flat.buffer
+    buf = t_a._flats[0].buffer
     for p in a.parameters():
         assert p.grad is None and p._base is None
         assert p.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr()
@@ -147,17 +169,19 @@ def test_flat_parameters_clip_matches_torch():
     ps = [torch.nn.Parameter(torch.randn(s, generator=g, dtype=torch.float64))
           for s in [(4, 3), (4,), (1, 4), (1,)]]
     ref = [torch.nn.Parameter(p.detach().clone()) for p in ps]
-    flat = FlatParameters(ps)
+    flats = [FlatParameters(ps[:2]), FlatParameters(ps[2:])]
     for p, q in zip(ps, ref):
         q.grad = torch.randn(p.shape, generator=g, dtype=torch.float64) * 3
         p.grad.copy_(q.grad)
-    flat.clip_grad_norm_(1.0)
+    clip_grad_norm_(flats, ps, 1.0)
     torch.nn.utils.clip_grad_norm_(ref, 1.0)
     for p, q in zip(ps, ref):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=0)
-    assert abs(float(torch.linalg.vector_norm(flat.buffer.grad)) - 1.0) < 1e-5
-    # the parameters are views of the buffer while bound
+    total = torch.linalg.vector_norm(torch.cat([f.buffer.grad for f in flats]))
+    assert abs(float(total) - 1.0) < 1e-5
+    # the parameters are views of the buffers while bound
     with torch.no_grad():
-        flat.buffer.zero_()
-    assert all(float(p.detach().abs().max()) == 0.0 for p in ps)
+        flats[0].buffer.zero_()
+    assert all(float(p.detach().abs().max()) == 0.0 for p in ps[:2])
+    assert float(ps[2].detach().abs().max()) > 0
     assert not FlatParameters.supports([ps[0], ps[1].float()])
