@@ -547,12 +547,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         if ft:  # the schedule's final learning rate throughout
             final = LR_GAMMA ** sum(1 for m in milestones if m < E)
             lr0, extra, milestones = lr0 * final, [(ps, lr * final) for ps, lr in extra], []
-        # flat: every parameter shapes the sampled weights, so every step gives each one a
-        # gradient, as the flat step requires
         trainer = NetworkTrainer(loss, [], params, modules=[net], learning_rate=lr0,
                                  lr_milestones=milestones, lr_gamma=LR_GAMMA,
                                  extra_groups=extra, device=Xt.device, epoch_fn=start_epoch,
-                                 cuda_graph=gen if graphs else None, flat=True)
+                                 cuda_graph=gen if graphs else None)
         schedule_end = 0 if ft else round(KL_ML_FRAC * E) + round(KL_ANNEAL_FRAC * E)
         try:
             res = trainer.fit(n, batch_size=train_batch_size(self.batch_size, n),

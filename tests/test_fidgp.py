@@ -599,26 +599,3 @@ def test_cuda_graph_capture_failure_falls_back_to_eager_steps(monkeypatch):
     eager = FiDGPClassifier(**kw).fit(X, y)
     np.testing.assert_allclose(fallback.predict_proba(X), eager.predict_proba(X), atol=1e-6)
 
-
-@pytest.mark.parametrize("options", [{}, {"class_weight": "balanced", "flow_length": 2}])
-def test_flat_training_step_is_the_per_tensor_step(options, monkeypatch):
-    """FiD-GP trains with one flat buffer per parameter group (``NetworkTrainer(flat=True)``),
-    which needs every parameter to get a gradient at every step (else Adam would move it by
-    momentum where torch's per-tensor step skips it). The fit equals the per-tensor one,
-    KL-free warm-up epochs and the warm refit included (tolerance: round-off only)."""
-    from skbnngp._backend import _train
-
-    X, y = load_digits(return_X_y=True)
-    X = (X[:300] - X[:300].mean(0)) / (X[:300].std(0) + 1e-9)
-    y = y[:300]
-    init = _train.NetworkTrainer.__init__
-    out = []
-    for flat in (True, False):
-        def patched(self, *args, _flat=flat, **kwargs):
-            kwargs["flat"] = _flat
-            init(self, *args, **kwargs)
-        monkeypatch.setattr(_train.NetworkTrainer, "__init__", patched)
-        est = FiDGPClassifier(max_iter=12, device="cpu", random_state=0, **options).fit(X, y)
-        out.append((est.predict_proba(X[:40]), est.ood_score(X[:40])))
-    for a, b in zip(*out):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -13,9 +13,9 @@ Two pieces:
   the last finite state restored) when the loss becomes NaN or inf.
 
 A loss that writes its own gradient (:class:`~._mlp_grad.MLPSquaredError`, a plain MLP's
-squared error) is stepped without autograd, and it and, on request (``flat=True``), an
-autograd loss over one flat buffer per parameter group (:class:`~._flat.FlatParameters`):
-the same numbers, a fraction of a small network's step time on the CPU.
+squared error) is stepped without autograd, over one flat buffer per parameter group
+(:class:`~._flat.FlatParameters`): the same numbers, a fraction of a small network's step
+time on the CPU.
 
 The losses stay on the device: they are brought to the host only every few steps (at least
 ``sync_steps`` gradient steps apart, and at each validation), never once per step. The
@@ -246,14 +246,6 @@ class NetworkTrainer:
         ``epoch`` except through ``epoch_fn``). A step of a network with thousands of small
         kernels is then one launch instead of thousands. If a capture fails, the steps stay
         eager (:attr:`graph_error` says why). Ignored on other devices.
-    flat : bool
-        Step each parameter group as one flat buffer (:class:`~._flat.FlatParameters`):
-        Adam and the gradient clip on one tensor per group, the same numbers with less
-        per-tensor overhead. Every parameter must then get a gradient at every step: one
-        without would still move by Adam's momentum, where torch's per-tensor step skips it.
-        A loss that writes its own gradients (``value_and_grad`` and ``parameters``, as
-        :class:`~._mlp_grad.MLPSquaredError`) is stepped flat whatever this says. Not with
-        ``cuda_graph``.
     """
 
     #: Eager steps of a batch size before its step is captured (the optimiser's state and
@@ -263,7 +255,7 @@ class NetworkTrainer:
     def __init__(self, loss_fn, decay_params, other_params=(), *, modules=(),
                  optimizer="adam", learning_rate=1e-3, weight_decay=0.0, grad_clip=None,
                  lr_milestones=(), lr_gamma=0.1, extra_groups=(), device="cpu",
-                 epoch_fn=None, cuda_graph=None, flat=False):
+                 epoch_fn=None, cuda_graph=None):
         self.device = torch.device(device)
         self.tape = cuda_graph if self.device.type == "cuda" else None
         self.epoch_fn = epoch_fn
@@ -290,15 +282,14 @@ class NetworkTrainer:
         # (identical predictions), one kernel per group instead of one per parameter, which
         # is most of an optimiser step for the many small tensors of these networks
         kw = {"foreach": True}
-        # one flat buffer per group (._flat): the same elementwise Adam, without the
-        # per-tensor overhead that is much of a small network's step on the CPU. Always for
-        # a loss that writes its own gradients (a plain MLP's squared error, ._mlp_grad),
-        # on request (``flat``) for an autograd loss; never for captured CUDA graphs.
+        # a loss that writes the gradients of every trained parameter itself (a plain MLP's
+        # squared error, ._mlp_grad) steps one flat buffer per group (._flat): the same
+        # elementwise Adam, without the per-tensor overhead that is most of a small
+        # network's step on the CPU (not with captured CUDA graphs)
         self._flats = []
         writes = getattr(loss_fn, "value_and_grad", None) is not None and (
             {id(p) for p in loss_fn.parameters()} == {id(p) for p in self.params})
-        self._writes_grad = writes
-        if (writes or flat) and self.tape is None and all(
+        if writes and self.tape is None and all(
                 FlatParameters.supports(g["params"]) for g in groups):
             self._flats = [FlatParameters(g["params"]) for g in groups]
             for g, f in zip(groups, self._flats):
@@ -383,15 +374,10 @@ class NetworkTrainer:
         return total / n_rows
 
     def _eager_step(self, rows):
-        for f in self._flats:  # the gradients are views of the buffers' gradients
-            f.bind()
-        if self._flats and self._writes_grad:
-            loss = self.loss_fn.value_and_grad(rows, self.epoch)
-        elif self._flats:  # autograd adds into the zeroed views
+        if self._flats:  # the gradients written into views of the buffers' gradients
             for f in self._flats:
-                f.buffer.grad.zero_()
-            loss = self.loss_fn(rows, self.epoch)
-            loss.backward()
+                f.bind()
+            loss = self.loss_fn.value_and_grad(rows, self.epoch)
         else:
             loss = self.loss_fn(rows, self.epoch)
             self.optimizer.zero_grad(set_to_none=True)

@@ -127,26 +127,6 @@ def test_flat_path_only_when_the_loss_writes_the_trained_parameters():
     assert not NetworkTrainer(losses[0], ps[:2], modules=[nets[0]])._flats  # a subset
 
 
-@pytest.mark.parametrize("flat", [False, True])
-def test_flat_request_for_an_autograd_loss(flat):
-    """``flat=True`` steps an autograd loss over the groups' buffers: the same trajectory as
-    the per-tensor step (every parameter gets a gradient at every step here)."""
-    X, Y, _ = _data()
-    nets = [build_mlp(5, (8,), 1, activation="gelu", seed=0) for _ in range(2)]
-    out = []
-    for net, use in zip(nets, (False, flat)):
-        ps = list(net.parameters())
-        tr = NetworkTrainer(_autograd_loss(net, X, Y, None), ps[:2], ps[2:], modules=[net],
-                            learning_rate=0.05, grad_clip=0.5, flat=use)
-        assert len(tr._flats) == (2 if use else 0)
-        out.append(tr.fit(120, batch_size=16, max_epochs=3, rng=np.random.RandomState(0),
-                          n_iter_no_change=None).loss_curve)
-    np.testing.assert_allclose(out[1], out[0], rtol=1e-12)
-    for p, q in zip(*(net.parameters() for net in nets)):
-        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-13)
-        assert not flat or (q._base is None and q.grad is None)  # released after fit
-
-
 def test_flat_buffer_is_released_after_fit_and_rebound_for_the_next():
     X, Y, _ = _data()
     a = build_mlp(5, (16,), 1, activation="tanh", seed=2)
