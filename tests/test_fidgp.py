@@ -598,4 +598,3 @@ def test_cuda_graph_capture_failure_falls_back_to_eager_steps(monkeypatch):
     monkeypatch.setattr(FiDGPClassifier, "_cuda_graphs", False)
     eager = FiDGPClassifier(**kw).fit(X, y)
     np.testing.assert_allclose(fallback.predict_proba(X), eager.predict_proba(X), atol=1e-6)
-
