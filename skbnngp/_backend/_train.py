@@ -591,7 +591,6 @@ class NetworkTrainer:
                            if res.stopped_early else f"reached max_iter={max_epochs} epochs")
             res.seconds = time.perf_counter() - t0
             return res
-
         finally:
             for f in self._flats:  # the modules get their own memory back
                 f.release()
