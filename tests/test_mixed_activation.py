@@ -56,7 +56,9 @@ def fixed(**kw):
 
 def kernel_np(reg, A, B=None):
     """K_mix on the estimator's scaled inputs at its fitted hyperparameters (numpy)."""
-    t = lambda Z: torch.as_tensor(reg._scale_X(Z))  # noqa: E731
+    def t(Z):
+        return torch.as_tensor(reg._scale_X(Z))
+
     K = mixed_activation_kernel(t(A), None if B is None else t(B), sigma_b2=reg.sigma_b2_,
                                 sigma_v2=reg.sigma_v2_, sigma_u2=reg.sigma_u2_,
                                 sigma_a2=reg.sigma_a2_, leaky_slope=reg.leaky_slope_,
@@ -89,7 +91,9 @@ def test_exact_nll_equals_scipy_and_map_adds_priors(monkeypatch):
     # and up to normalising constants it is minus scipy's invgamma/beta log densities
     ref = -stats.invgamma(3.0, scale=0.5).logpdf(reg.sigma_v2_) - stats.beta(2, 3).logpdf(al)
     ref0 = -stats.invgamma(3.0, scale=0.5).logpdf(1.0) - stats.beta(2, 3).logpdf(0.5)
-    mine = lambda v, a: 4.0 * np.log(v) + 0.5 / v - np.log(a) - 2 * np.log(1 - a)  # noqa: E731
+    def mine(v, a):
+        return 4.0 * np.log(v) + 0.5 / v - np.log(a) - 2 * np.log(1 - a)
+
     assert mine(reg.sigma_v2_, al) - mine(1.0, 0.5) == pytest.approx(ref - ref0, rel=1e-10)
 
 
