@@ -63,9 +63,8 @@ EXACT_ROUTE_MAX = 2**26
 #: plateau stops training (0: the first plateau stops it, a constant rate).
 PLATEAU_DROPS = 2
 PLATEAU_FACTOR = 0.1
-#: The plateau after a drop, as a fraction of ``n_iter_no_change``: at a tenth of the rate
-#: the validation score settles within it, and the fit is about 0.6x as long at the same
-#: NLPD (issue 49; ``benchmarks/results/network_cost.md``).
+#: The plateaus after a drop, as a fraction of ``n_iter_no_change``: at a tenth of the rate
+#: the validation score settles sooner, so they need not be as long (whats_new, issue 49).
 PLATEAU_PATIENCE = 0.25
 #: Gradient-norm clipping of the training (the paper's 1.0; None: none).
 GRAD_CLIP = 1.0

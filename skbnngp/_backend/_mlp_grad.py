@@ -59,10 +59,23 @@ def _store(param, op, *args):
         op(*args, out=param.grad)
 
 
+def squared_error_loss(net, X, Y, weights=None):
+    """``loss(rows, epoch)`` through autograd: the mean squared error of ``net`` on rows
+    ``rows`` of ``(X, Y)``, each row's squared error times its weight in ``weights`` (a
+    column of weights with mean 1) when given."""
+    if weights is None:
+        def loss(rows, epoch):
+            return (net(X[rows]).reshape(-1, 1) - Y[rows]).square().mean()
+        return loss
+
+    def weighted_loss(rows, epoch):
+        return (weights[rows] * (net(X[rows]).reshape(-1, 1) - Y[rows]).square()).mean()
+    return weighted_loss
+
+
 class MLPSquaredError:
-    """``loss(rows, epoch)``: the mean squared error of ``net`` on rows ``rows`` of
-    ``(X, Y)``, each row's squared error times its weight in ``weights`` (a column of
-    weights with mean 1) when given.
+    """:func:`squared_error_loss` (what calling it gives) with a hand-written gradient
+    (:meth:`value_and_grad`).
 
     Build it with :meth:`for_network`, which returns None for a network it does not cover.
     """
@@ -70,6 +83,7 @@ class MLPSquaredError:
     def __init__(self, net, layers, X, Y, weights=None):
         self.net, self._layers = net, layers
         self.X, self.Y, self.weights = X, Y, weights
+        self._loss = squared_error_loss(net, X, Y, weights)
 
     @classmethod
     def for_network(cls, net, X, Y, weights=None):
@@ -80,14 +94,8 @@ class MLPSquaredError:
         """The tensors whose ``.grad`` :meth:`value_and_grad` writes."""
         return list(self.net.parameters())
 
-    def _residuals(self, out, rows):
-        return out.reshape(-1, 1) - self.Y[rows]
-
     def __call__(self, rows, epoch):
-        r = self._residuals(self.net(self.X[rows]), rows)
-        if self.weights is None:
-            return r.square().mean()
-        return (self.weights[rows] * r.square()).mean()
+        return self._loss(rows, epoch)
 
     def value_and_grad(self, rows, epoch):
         """The loss (a 0-d tensor) with its gradient written into every parameter's
@@ -100,7 +108,7 @@ class MLPSquaredError:
                 h = layers[i + 1][0](torch.nn.functional.linear(h, *layers[i]))
                 outputs.append(h)
             h = torch.nn.functional.linear(h, *layers[-1])
-            r = self._residuals(h, rows)
+            r = h.reshape(-1, 1) - self.Y[rows]
             # d mean(w r^2) / d r = (w / N) * (2 r), rounded as autograd rounds it
             scale = 1.0 / r.numel()
             if self.weights is None:

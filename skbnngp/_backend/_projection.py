@@ -32,7 +32,7 @@ from ._chunks import auto_batch_size
 from ._device import to_float, to_numpy
 from ._jacobian import body_jacobians, head_features
 from ._linalg import stable_cholesky
-from ._mlp_grad import MLPSquaredError
+from ._mlp_grad import MLPSquaredError, squared_error_loss
 
 F64 = torch.float64
 
@@ -129,16 +129,7 @@ def mse_objective(net, X, Y, weights=None):
     same gradient as autograd's, at a fraction of the cost on the CPU)."""
     w = None if weights is None else (weights / weights.mean()).reshape(-1, 1)
     fast = MLPSquaredError.for_network(net, X, Y, w)
-    if fast is not None:
-        return fast
-    if weights is None:
-        def loss(rows, epoch):
-            return (net(X[rows]).reshape(-1, 1) - Y[rows]).square().mean()
-        return loss
-
-    def weighted_loss(rows, epoch):
-        return (w[rows] * (net(X[rows]).reshape(-1, 1) - Y[rows]).square()).mean()
-    return weighted_loss
+    return fast if fast is not None else squared_error_loss(net, X, Y, w)
 
 
 def rmse_score(net, X, Y, weights=None):
