@@ -165,6 +165,30 @@ def check_weights(X, sample_weight):
     return w
 
 
+def distinct_rows(X, y, sample_weight):
+    """The rows of ``(X, y)`` that :func:`collapse_rows` keeps, as ``(index, w)``.
+
+    ``index`` holds the row of each distinct ``(x, y)`` of positive weight (its first
+    occurrence; lexicographic order) and ``w`` their summed weights; ``w`` is None when the
+    kept rows are distinct and every weight is 1 (``index`` then keeps the rows' order), and
+    ``(None, None)`` stands for every row, once, as it is. ``X`` is a numeric array; ``y``
+    may have one or two dimensions.
+    """
+    n = X.shape[0]
+    Y = np.asarray(y).reshape(n, -1)
+    if sample_weight is None:
+        if n < 2 or np.unique(np.hstack([X, Y]), axis=0).shape[0] == n:
+            return None, None
+        sample_weight = np.ones(n)
+    keep = np.flatnonzero(sample_weight > 0)
+    w = sample_weight[keep]
+    _, first, inverse = np.unique(np.hstack([X, Y])[keep], axis=0, return_index=True,
+                                  return_inverse=True)
+    if np.all(w == 1) and first.size == keep.size:
+        return keep, None
+    return keep[first], np.bincount(inverse.ravel(), weights=w, minlength=first.size)
+
+
 def collapse_rows(X, y, sample_weight):
     """The training rows as distinct ``(x, y)`` rows with summed weights: ``(X, y, w)``.
 
@@ -178,21 +202,10 @@ def collapse_rows(X, y, sample_weight):
     training (its mini-batch order) can tell apart from sorted rows. ``y`` may have one or
     two dimensions.
     """
-    n = X.shape[0]
-    Y = np.asarray(y).reshape(n, -1)
-    if sample_weight is None:
-        if n < 2 or np.unique(np.hstack([X, Y]), axis=0).shape[0] == n:
-            return X, y, None
-        sample_weight = np.ones(n)
-    keep = sample_weight > 0
-    X, y, Y, w = X[keep], np.asarray(y)[keep], Y[keep], sample_weight[keep]
-    if np.all(w == 1) and (X.shape[0] < 2 or np.unique(np.hstack([X, Y]), axis=0).shape[0]
-                           == X.shape[0]):
+    index, w = distinct_rows(X, y, sample_weight)
+    if index is None:
         return X, y, None
-    _, first, inverse = np.unique(np.hstack([X, Y]), axis=0, return_index=True,
-                                  return_inverse=True)
-    w = np.bincount(inverse.ravel(), weights=w, minlength=first.size)
-    return X[first], y[first], w
+    return X[index], np.asarray(y)[index], w
 
 
 def network_weights(estimator, X, y, sample_weight):

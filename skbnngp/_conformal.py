@@ -15,10 +15,17 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, RegressorMixin, clone
-from sklearn.model_selection import check_cv, train_test_split
+from sklearn.model_selection import GroupShuffleSplit, check_cv, train_test_split
+from sklearn.pipeline import Pipeline
 from sklearn.utils import _safe_indexing, check_array, get_tags
-from sklearn.utils.validation import _num_samples, check_consistent_length, indexable
+from sklearn.utils.validation import (
+    _num_samples,
+    check_consistent_length,
+    has_fit_parameter,
+    indexable,
+)
 
+from ._base import check_weights, distinct_rows
 from ._intervals import central_intervals, check_confidence
 from .distributions import ConformalPredictiveDistribution
 from .utils._sklearn_compat import (
@@ -60,6 +67,26 @@ def predictive_location_scale(estimator, X):
     return loc, np.maximum(scale, np.finfo(np.float64).tiny)
 
 
+def _weight_key(estimator):
+    """The ``fit`` keyword that weighs ``estimator``'s rows: ``"sample_weight"``, or
+    ``"<step>__sample_weight"`` for a Pipeline whose final step takes it (the earlier steps
+    see each row once); None when it takes no weights."""
+    if isinstance(estimator, Pipeline):
+        name, final = estimator.steps[-1]
+        return f"{name}__sample_weight" if has_fit_parameter(final, "sample_weight") else None
+    return "sample_weight" if has_fit_parameter(estimator, "sample_weight") else None
+
+
+def _numeric(X):
+    """``X`` as a dense float64 array, or None when it is not one (sparse, strings, ...)."""
+    if hasattr(X, "tocsr"):
+        return None
+    try:
+        return check_array(X, dtype=np.float64, ensure_all_finite=False, ensure_2d=True)
+    except (TypeError, ValueError):
+        return None
+
+
 class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
     """Conformal predictive distributions around a regressor's own predictive.
 
@@ -86,9 +113,9 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         Folds of ``method="cv+"`` (ignored by ``"split"``); each row must lie in exactly one
         test fold. Five folds keep each model on 80 % of the rows at five fits.
     calibration_size : float in (0, 1) or int, default=0.25
-        Rows held out for calibration by ``method="split"`` (a fraction or a count). A
-        quarter leaves the model most of the rows while a few hundred calibration rows make
-        the 95 % interval stable.
+        Rows held out for calibration by ``method="split"`` (a fraction or a count; of
+        groups when ``fit`` is given ``groups``). A quarter leaves the model most of the
+        rows while a few hundred calibration rows make the 95 % interval stable.
     symmetric : bool, default=True
         True: the intervals are symmetric about the model's median in units of its scale,
         from the absolute normalised residuals; both tails share the calibration rows, so
@@ -110,6 +137,9 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         row, out of fold, for ``"cv+"``); ``symmetric`` uses their absolute values.
     calibration_indices_ : ndarray of shape (n_calibration,)
         Rows of the training set the scores belong to.
+    calibration_weights_ : ndarray of shape (n_calibration,) or None
+        Frequency weight of each score (``sample_weight``, repeated rows merged); None when
+        every score counts once.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -189,7 +219,7 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         return _default_estimator() if self.estimator is None else self.estimator
 
     @_fit_context(prefer_skip_nested_validation=False)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None, groups=None):
         """Fit the model(s) and score the calibration rows.
 
         Parameters
@@ -197,6 +227,20 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         X : array-like of shape (n_samples, n_features)
             Validated by the wrapped estimator (a Pipeline may take a DataFrame).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Frequency weights: passed to the wrapped estimator's ``fit`` (a Pipeline's final
+            step), and each calibration score counts ``w_i`` times in the conformal
+            quantiles, so integer weights give the model and intervals of the rows repeated.
+            When the wrapped estimator takes weights and ``X`` is numeric, rows of weight 0
+            are dropped and repeated ``(x, y)`` rows merged into one weighted row (the rows
+            then sorted) before the split, as the package's estimators do (not with
+            ``groups``, nor with ``cv`` given as explicit folds, which index the rows as
+            they are). None: every row once.
+        groups : array-like of shape (n_samples,), default=None
+            Group labels: ``method="split"`` holds out whole groups (``calibration_size``
+            then counts or shares groups), and ``"cv+"`` passes them to ``cv`` (e.g.
+            ``GroupKFold``), so no group is both trained on and scored. Exchangeable groups
+            keep the guarantee for a new group.
 
         Returns
         -------
@@ -212,28 +256,56 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         if y.ndim > 2:
             raise ValueError(f"y must be 1-D or 2-D, got shape {y.shape}.")
         check_consistent_length(X, y)
+        if groups is not None:
+            groups = check_array(groups, ensure_2d=False, dtype=None, input_name="groups")
+            check_consistent_length(X, groups)
+        base = self._base()
+        key = _weight_key(base)
+        w = check_weights(X, sample_weight)
+        if w is not None and key is None:
+            raise ValueError(f"sample_weight: the wrapped estimator {type(base).__name__} "
+                             "does not take sample_weight in fit.")
         rows = np.arange(_num_samples(X))
-        if self.method == "split":
-            train, calib = train_test_split(rows, test_size=self.calibration_size,
-                                            random_state=self.random_state)
-            folds = [(train, calib)]
+        # explicit folds (an iterable of index arrays) and groups name the rows as given
+        own_rows = self.method == "split" or isinstance(self.cv, Integral) or hasattr(
+            self.cv, "split")
+        Xn = _numeric(X) if key == "sample_weight" and groups is None and own_rows else None
+        if Xn is not None:  # weights as repeated rows: the package estimators' convention
+            index, merged = distinct_rows(Xn, y, w)
+            if index is not None:
+                rows, w = index, merged
+                if rows.size < 2:
+                    raise ValueError(f"{type(self).__name__} needs at least 2 distinct rows "
+                                     f"of positive sample_weight; got {rows.size}.")
+        Xr, yr = _safe_indexing(X, rows), y[rows]
+        gr = None if groups is None else groups[rows]
+        wr = w
+        local = np.arange(rows.size)
+        if self.method == "split" and gr is None:
+            folds = [tuple(train_test_split(local, test_size=self.calibration_size,
+                                            random_state=self.random_state))]
+        elif self.method == "split":
+            folds = list(GroupShuffleSplit(1, test_size=self.calibration_size,
+                                           random_state=self.random_state).split(
+                local, groups=gr))
         else:
-            folds = list(check_cv(self.cv).split(X, y))
+            folds = list(check_cv(self.cv).split(Xr, yr, gr))
             tested = np.concatenate([test for _, test in folds])
-            if not np.array_equal(np.sort(tested), rows):
+            if not np.array_equal(np.sort(tested), local):
                 raise ValueError("cv must put every row in exactly one test fold for "
                                  "method='cv+' (e.g. KFold); got folds that do not.")
-        base = self._base()
         scores, fold_of, fitted = [], [], []
         for k, (train, test) in enumerate(folds):
-            model = clone(base).fit(_safe_indexing(X, train), y[train])
-            loc, scale = predictive_location_scale(model, _safe_indexing(X, test))
-            scores.append((y[test] - loc) / scale)
+            fit_params = {} if wr is None else {key: wr[train]}
+            model = clone(base).fit(_safe_indexing(Xr, train), yr[train], **fit_params)
+            loc, scale = predictive_location_scale(model, _safe_indexing(Xr, test))
+            scores.append((yr[test] - loc) / scale)
             fold_of.append(np.full(test.size, k))
             fitted.append(model)
         order = np.concatenate([test for _, test in folds])
         self.estimators_ = fitted
-        self.calibration_indices_ = order
+        self.calibration_indices_ = rows[order]
+        self.calibration_weights_ = None if wr is None else wr[order]
         self.conformity_scores_ = np.concatenate(scores)
         self._fold_of = np.concatenate(fold_of)
         return self
@@ -280,11 +352,13 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             loc, scale = (a[..., None] for a in parts[0])
         else:
             loc, scale = (np.stack(a, axis=-1)[..., self._fold_of] for a in zip(*parts))
+        weights = self.calibration_weights_
         if not self.symmetric:
-            return ConformalPredictiveDistribution(loc + scale * scores)
+            return ConformalPredictiveDistribution(loc + scale * scores, weights=weights)
         spread = scale * np.abs(scores)
         return ConformalPredictiveDistribution(
-            np.concatenate([loc - spread, loc + spread], axis=-1), n_calibration=n)
+            np.concatenate([loc - spread, loc + spread], axis=-1), n_calibration=n,
+            weights=weights)
 
     def predict_interval(self, X, confidence=0.9):
         """Central conformal intervals of y at ``X``, at one level or several.
@@ -301,14 +375,14 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             For one level; a sequence of ``n_levels`` levels adds a trailing axis:
             (n_samples, n_levels) or (n_samples, n_targets, n_levels). A bound is infinite
             where the level needs more calibration rows (``c > n / (n + 1)`` when
-            ``symmetric``, else ``c > 1 - 2 / (n + 1)``).
+            ``symmetric``, else ``c > 1 - 2 / (n + 1)``; ``n`` the scores' total weight).
         """
         levels, _ = check_confidence(confidence)
         dist = self.predict_dist(X)
-        n, need = dist.n_calibration, dist.rows_needed(levels)
+        n, need = dist.total_weight, dist.rows_needed(levels)
         if np.any(need > n):
             warnings.warn(
-                f"{type(self).__name__}: {n} calibration scores cannot bound a central "
+                f"{type(self).__name__}: {n:.10g} calibration scores cannot bound a central "
                 f"{levels[need > n].max():g} interval (it needs {need.max()}), so its bounds "
                 "are infinite; use more rows, a larger calibration_size or method='cv+'.",
                 UserWarning, stacklevel=2)

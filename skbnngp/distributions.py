@@ -246,6 +246,10 @@ class ConformalPredictiveDistribution:
     is a step function, so there is no density (``logpdf``); score it with the CRPS or the
     interval metrics.
 
+    Frequency ``weights`` count a calibration row ``w_i`` times: ``n`` becomes their sum
+    ``W`` and a rank ``k`` the first candidate whose cumulative weight reaches it, so that
+    integer weights give the distribution of the rows repeated.
+
     Parameters
     ----------
     points : ndarray of shape batch_shape + (N,)
@@ -253,6 +257,9 @@ class ConformalPredictiveDistribution:
     n_calibration : int, default=None
         The number ``n`` of calibration rows behind the points: ``N`` (the default) or
         ``N / 2``.
+    weights : ndarray of shape (n,), default=None
+        Frequency weight of each calibration row (non-negative, positive sum), in the order
+        of the points' rows: point ``j`` belongs to row ``j mod n``. None: every row once.
 
     Examples
     --------
@@ -263,7 +270,7 @@ class ConformalPredictiveDistribution:
     (array([2.]), array([38.]))
     """
 
-    def __init__(self, points, n_calibration=None):
+    def __init__(self, points, n_calibration=None, weights=None):
         points = np.asarray(points, dtype=float)
         if points.ndim < 1 or points.shape[-1] == 0 or np.any(np.isnan(points)):
             raise ValueError("points must be a non-empty array without NaN, its last axis "
@@ -274,8 +281,20 @@ class ConformalPredictiveDistribution:
                 or n_points not in (n, 2 * n):
             raise ValueError(f"n_calibration must be the number of points ({n_points}) or "
                              f"half of it; got {n_calibration!r}.")
-        self.points = np.sort(points, axis=-1)
         self.n_calibration = int(n)
+        if weights is None:
+            self.points, self.weights = np.sort(points, axis=-1), None
+            self.total_weight = float(n)
+            return
+        w = np.asarray(weights, dtype=float)
+        if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+            raise ValueError(f"weights must be {n} finite non-negative numbers with a positive "
+                             f"sum, one per calibration row; got shape {w.shape}.")
+        order = np.argsort(points, axis=-1, kind="stable")
+        self.points = np.take_along_axis(points, order, axis=-1)
+        self.weights = np.tile(w, n_points // n)[order]  # each point's row weight, sorted
+        self._cumulative = np.cumsum(self.weights, axis=-1)
+        self.total_weight = float(w.sum())
 
     @property
     def _per_row(self):
@@ -290,6 +309,16 @@ class ConformalPredictiveDistribution:
     def n_points(self):
         return self.points.shape[-1]
 
+    def _first_reaching(self, rank, strict=False):
+        """1-based index of the first point whose cumulative weight is at least ``rank``
+        (above it when ``strict``); ``n_points + 1`` when none is (every point counts 1
+        without weights, so the index is then the rank rounded up)."""
+        if self.weights is None:
+            return np.floor(rank + 1.0) if strict else np.ceil(rank)
+        below = self._cumulative <= rank[..., None] if strict else \
+            self._cumulative < rank[..., None]
+        return np.sum(below, axis=-1) + 1.0
+
     def _at_rank(self, k):
         """``p_k`` (1-based ranks of ``self.shape``; ``-inf`` below 1, ``+inf`` above n)."""
         n = self.n_points
@@ -302,12 +331,14 @@ class ConformalPredictiveDistribution:
         q = np.broadcast_to(np.asarray(q, dtype=float), self.shape)
         if np.any(np.isnan(q) | (q < 0) | (q > 1)):
             raise ValueError("q must lie in [0, 1].")
-        r, n = self._per_row, self.n_calibration
+        r, n = self._per_row, self.total_weight
         m = r * (n + 1) * q
         # a hair of tolerance: (n + 1) * (k / (n + 1)) must give rank k, not k + 1
-        upper = np.ceil(m - 1e-9) - (r - 1)
-        middle = np.ceil(r * (n + 1) / 2 - 1e-9) - (r - 1)  # the rank of ppf(1/2)
-        k = np.where(q >= 0.5, upper, np.minimum(np.floor(m + 1e-9), middle))
+        upper = self._first_reaching(m - (r - 1) - 1e-9)
+        middle = self._first_reaching(np.broadcast_to(r * (n + 1) / 2 - (r - 1) - 1e-9,
+                                                      self.shape))  # the rank of ppf(1/2)
+        lower = np.where(m + 1e-9 < 1, 0.0, self._first_reaching(m - 1 + 1e-9, strict=True))
+        k = np.where(q >= 0.5, upper, np.minimum(lower, middle))
         return self._at_rank(k)
 
     def interval(self, confidence):
@@ -317,8 +348,9 @@ class ConformalPredictiveDistribution:
         return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
 
     def rows_needed(self, confidence):
-        """The fewest calibration rows whose central interval at ``confidence`` is finite:
-        the smallest ``n`` with the rank of ``ppf((1 + c) / 2)`` at most ``r n``, which is
+        """The fewest calibration rows (the least total weight, with ``weights``) whose
+        central interval at ``confidence`` is finite: the smallest ``n`` with the rank of
+        ``ppf((1 + c) / 2)`` at most ``r n``, which is
         ``(1 + c) / (1 - c) - 2 (r - 1) / (r (1 - c))`` rounded up (``2 / (1 - c) - 1`` for
         signed scores, ``c / (1 - c)`` for symmetric ones)."""
         c = np.asarray(confidence, dtype=float)
@@ -330,38 +362,53 @@ class ConformalPredictiveDistribution:
         return np.ceil(need - 1e-9).astype(int)
 
     def cdf(self, y):
-        """``(#{p_i <= y} / r + 1/2) / (n + 1)``, ``r`` the candidate values per row."""
+        """``(#{p_i <= y} / r + 1/2) / (n + 1)``, ``r`` the candidate values per row (the
+        points' summed weight for the count, and ``W`` for ``n``, with ``weights``)."""
         y = np.broadcast_to(np.asarray(y, dtype=float), self.shape)
-        below = np.sum(self.points <= y[..., None], axis=-1)
-        return (below / self._per_row + 0.5) / (self.n_calibration + 1)
+        at_or_below = self.points <= y[..., None]
+        below = np.sum(at_or_below, axis=-1) if self.weights is None else \
+            np.sum(self.weights * at_or_below, axis=-1)
+        return (below / self._per_row + 0.5) / (self.total_weight + 1)
 
     def median(self):
         """``ppf(1/2)``; for a symmetric predictive the midpoint of its two central values."""
         if self._per_row == 1:
             return self.ppf(0.5)
-        n = self.n_calibration
-        return 0.5 * (self.points[..., n - 1] + self.points[..., n])
+        half = np.broadcast_to(self.total_weight, self.shape)
+        return 0.5 * (self._at_rank(self._first_reaching(half - 1e-9))
+                      + self._at_rank(self._first_reaching(half + 1e-9, strict=True)))
 
     def mean(self):
         """Mean of the candidate values (the infinite tails' mass left out)."""
-        return self.points.mean(axis=-1)
+        return np.average(self.points, axis=-1, weights=self.weights)
 
     def std(self):
         """Standard deviation of the candidate values (the infinite tails' mass left out)."""
-        return self.points.std(axis=-1)
+        if self.weights is None:
+            return self.points.std(axis=-1)
+        mean = self.mean()
+        return np.sqrt(np.average((self.points - mean[..., None]) ** 2, axis=-1,
+                                  weights=self.weights))
 
     def rvs(self, size=None, random_state=None):
-        """Draws of shape ``size + shape`` among the candidate values (uniformly)."""
+        """Draws of shape ``size + shape`` among the candidate values (in proportion to
+        their weights)."""
         rng = check_random_state(random_state)
         lead = () if size is None else ((size,) if np.isscalar(size) else tuple(size))
-        idx = rng.randint(self.n_points, size=lead + self.shape)
+        if self.weights is None:
+            idx = rng.randint(self.n_points, size=lead + self.shape)
+        else:  # the first point whose cumulative weight passes a uniform draw
+            u = rng.uniform(size=lead + self.shape) * self._cumulative[..., -1]
+            idx = np.minimum(np.sum(self._cumulative <= u[..., None], axis=-1),
+                             self.n_points - 1)
         return np.take_along_axis(
             np.broadcast_to(self.points, lead + self.points.shape), idx[..., None],
             axis=-1)[..., 0]
 
     def __repr__(self):
+        weighted = "" if self.weights is None else f", total_weight={self.total_weight:g}"
         return (f"ConformalPredictiveDistribution(shape={self.shape}, n_points={self.n_points}, "
-                f"n_calibration={self.n_calibration})")
+                f"n_calibration={self.n_calibration}{weighted})")
 
 
 class OutOfFoldDistribution:

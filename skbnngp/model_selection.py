@@ -18,7 +18,7 @@ from sklearn.utils import _safe_indexing, check_array
 from sklearn.utils.validation import _num_samples, check_consistent_length
 
 from .distributions import OutOfFoldDistribution
-from .utils._sklearn_compat import HasMethods, validate_params
+from .utils._sklearn_compat import HasMethods, _check_method_params, validate_params
 
 __all__ = ["cross_val_predict_dist"]
 
@@ -44,10 +44,11 @@ def _merge(parts, rows, n):
 
 @validate_params(
     {"estimator": [HasMethods(["fit"])], "X": ["array-like", "sparse matrix"],
-     "y": ["array-like"], "cv": ["cv_object"]},
+     "y": ["array-like"], "groups": ["array-like", None], "cv": ["cv_object"],
+     "params": [dict, None]},
     prefer_skip_nested_validation=False,
 )
-def cross_val_predict_dist(estimator, X, y, *, cv=5):
+def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, params=None):
     """Each row's out-of-fold predictive distribution.
 
     Every fold of ``cv`` fits a clone of ``estimator`` on the other rows and predicts its
@@ -60,10 +61,15 @@ def cross_val_predict_dist(estimator, X, y, *, cv=5):
         A regressor with ``predict_dist`` (or a Pipeline ending in one).
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,) or (n_samples, n_targets)
+    groups : array-like of shape (n_samples,), default=None
+        Group labels of the rows, for a group splitter such as ``GroupKFold``.
     cv : int, cross-validation generator or iterable, default=5
         As in :func:`sklearn.model_selection.cross_val_predict`; each row must lie in
         exactly one test fold. Five folds, sklearn's default, fit each model on 80 % of
         the rows.
+    params : dict, default=None
+        Parameters of ``estimator.fit``; those of one value per row (``sample_weight``, or
+        a Pipeline's ``<step>__sample_weight``) are cut to each fold's training rows.
 
     Returns
     -------
@@ -96,14 +102,15 @@ def cross_val_predict_dist(estimator, X, y, *, cv=5):
     y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
     check_consistent_length(X, y)
     n = _num_samples(X)
-    folds = list(check_cv(cv, y, classifier=False).split(X, y))
+    folds = list(check_cv(cv, y, classifier=False).split(X, y, groups))
     tested = np.concatenate([test for _, test in folds])
     if not np.array_equal(np.sort(tested), np.arange(n)):
         raise ValueError("cv must put every row in exactly one test fold (e.g. KFold); got "
                          "folds that do not.")
     parts, rows = [], []
     for train, test in folds:
-        model = clone(estimator).fit(_safe_indexing(X, train), y[train])
+        fit_params = _check_method_params(X, params=params or {}, indices=train)
+        model = clone(estimator).fit(_safe_indexing(X, train), y[train], **fit_params)
         parts.append(predictive_response(model, _safe_indexing(X, test)))
         rows.append(test)
     merged = _merge(parts, rows, n)

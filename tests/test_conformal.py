@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin, clone
-from sklearn.model_selection import GridSearchCV, KFold, ShuffleSplit
+from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, ShuffleSplit
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
@@ -316,6 +316,123 @@ def test_conformal_refuses_folds_that_do_not_partition_the_rows():
         ConformalRegressor(LinearRegression()).fit(X, y)
 
 
+# ============================================================== weights and groups
+class WeightedLine(OverconfidentLine):
+    """:class:`OverconfidentLine` fitted by weighted least squares (``sample_weight``)."""
+
+    def fit(self, X, y, sample_weight=None):
+        w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, float)
+        A = np.column_stack([np.ones(len(X)), X]) * np.sqrt(w)[:, None]
+        self.coef_ = np.linalg.lstsq(A, y * np.sqrt(w), rcond=None)[0]
+        return self
+
+
+def test_weighted_conformal_distribution_is_the_repeated_rows_one():
+    """Integer weights: every quantile, the cdf, median, mean and std of the rows repeated
+    (signed and symmetric points, weights 0-3, 1-29 rows); unit weights are no weights."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n, per_row = int(rng.integers(1, 30)), int(rng.integers(1, 3))
+        w = rng.integers(0, 4, size=n).astype(float)
+        w[0] = max(w[0], 1.0)
+
+        def points(rows):
+            base = np.sin(np.arange(3)[:, None] + 7.0 * rows[None, :])  # ties across rows
+            return base if per_row == 1 else np.concatenate([base, 0.3 - base], axis=-1)
+
+        weighted = ConformalPredictiveDistribution(points(np.arange(n)), n_calibration=n,
+                                                   weights=w)
+        rows = np.repeat(np.arange(n), w.astype(int))
+        repeated = ConformalPredictiveDistribution(points(rows), n_calibration=rows.size)
+        for q in np.linspace(0, 1, 41):
+            np.testing.assert_array_equal(weighted.ppf(q), repeated.ppf(q))
+        y = np.array([-0.5, 0.1, 0.9])
+        np.testing.assert_allclose(weighted.cdf(y), repeated.cdf(y), rtol=1e-12)
+        for stat in ("median", "mean", "std"):
+            np.testing.assert_allclose(getattr(weighted, stat)(), getattr(repeated, stat)(),
+                                       rtol=1e-12, atol=1e-12)
+        unit = ConformalPredictiveDistribution(points(np.arange(n)), n_calibration=n,
+                                               weights=np.ones(n))
+        plain = ConformalPredictiveDistribution(points(np.arange(n)), n_calibration=n)
+        np.testing.assert_array_equal(unit.interval(0.8), plain.interval(0.8))
+    with pytest.raises(ValueError, match="weights"):
+        ConformalPredictiveDistribution(np.ones((1, 4)), weights=[1.0, -1.0, 1.0, 1.0])
+
+
+def test_weighted_conformal_draws_follow_the_weights():
+    d = ConformalPredictiveDistribution(np.arange(4.0)[None, :], weights=[1.0, 0.0, 0.0, 3.0])
+    draws = d.rvs(size=4000, random_state=0)
+    assert set(np.unique(draws)) == {0.0, 3.0}
+    assert abs(np.mean(draws == 3.0) - 0.75) < 0.03  # binomial sd 0.007
+
+
+@pytest.mark.parametrize("method", ["split", "cv+"])
+def test_conformal_integer_weights_are_repeated_rows(method):
+    """Weights 0-3 against the rows repeated that many times (shuffled): the same models
+    (weighted least squares), scores, weights and intervals; a weight of 0 drops the row."""
+    rng = np.random.default_rng(1)
+    X, y = _heteroscedastic(rng, 70)
+    w = rng.integers(0, 4, size=70)
+    rows = rng.permutation(np.repeat(np.arange(70), w))
+    reg = ConformalRegressor(WeightedLine(), method=method, cv=3, random_state=0)
+    weighted = clone(reg).fit(X, y, sample_weight=w.astype(float))
+    repeated = clone(reg).fit(X[rows], y[rows])
+    np.testing.assert_allclose(weighted.calibration_weights_, repeated.calibration_weights_)
+    np.testing.assert_allclose(weighted.conformity_scores_, repeated.conformity_scores_,
+                               rtol=1e-9, atol=1e-12)
+    for c in (0.5, 0.9):
+        np.testing.assert_allclose(weighted.predict_interval(X[:5], c),
+                                   repeated.predict_interval(X[:5], c), rtol=1e-9)
+    assert not np.isin(np.flatnonzero(w == 0), weighted.calibration_indices_).any()
+    if method == "split":  # the closed form over the scores repeated by their weights
+        from skbnngp._conformal import predictive_location_scale
+
+        m, scale = predictive_location_scale(weighted.estimators_[0], X[:5])
+        r = np.sort(np.repeat(np.abs(weighted.conformity_scores_),
+                              weighted.calibration_weights_.astype(int)))
+        q = r[int(np.ceil((r.size + 1) * 0.9 - 1e-9)) - 1]
+        np.testing.assert_allclose(weighted.predict_interval(X[:5], 0.9)[1], m + scale * q,
+                                   rtol=1e-12)
+    kept = w > 0  # zero weights are rows dropped
+    dropped = clone(reg).fit(X[kept], y[kept], sample_weight=w[kept].astype(float))
+    np.testing.assert_allclose(dropped.predict_interval(X[:5], 0.9),
+                               weighted.predict_interval(X[:5], 0.9), rtol=1e-9)
+
+
+def test_conformal_weights_reach_a_pipelines_final_step_or_are_refused():
+    X, y = _data(n=80)
+    w = np.random.default_rng(2).integers(1, 4, size=80).astype(float)
+    pipe = make_pipeline(StandardScaler(), WeightedLine())
+    reg = ConformalRegressor(pipe, random_state=0).fit(X, y, sample_weight=w)
+    own = clone(pipe).fit(X[~np.isin(np.arange(80), reg.calibration_indices_)],
+                          y[~np.isin(np.arange(80), reg.calibration_indices_)],
+                          weightedline__sample_weight=w[~np.isin(np.arange(80),
+                                                                 reg.calibration_indices_)])
+    np.testing.assert_allclose(reg.estimators_[0][-1].coef_, own[-1].coef_, rtol=1e-10)
+    np.testing.assert_array_equal(reg.calibration_weights_, w[reg.calibration_indices_])
+    with pytest.raises(ValueError, match="sample_weight"):
+        ConformalRegressor(OverconfidentLine()).fit(X, y, sample_weight=w)
+    with pytest.raises(ValueError, match="sample_weight"):
+        ConformalRegressor(WeightedLine()).fit(X, y, sample_weight=-w)
+
+
+@pytest.mark.parametrize("method", ["split", "cv+"])
+def test_conformal_groups_are_never_both_trained_on_and_scored(method):
+    X, y = _data(n=90)
+    groups = np.repeat(np.arange(18), 5)
+    reg = ConformalRegressor(WeightedLine(), method=method, cv=GroupKFold(3),
+                             calibration_size=0.25, random_state=0).fit(X, y, groups=groups)
+    scored = reg.calibration_indices_
+    if method == "split":  # whole groups held out: a quarter of them, rounded up
+        assert set(np.unique(groups[scored])) == set(groups[scored])
+        assert np.isin(groups, groups[scored]).sum() == scored.size == 25
+    else:
+        for k in range(3):
+            mine = scored[reg._fold_of == k]
+            assert not np.isin(groups[np.setdiff1d(np.arange(90), mine)], groups[mine]).any()
+    assert np.all(np.isfinite(reg.predict_interval(X[:3], 0.8)))
+
+
 # ============================================================== out-of-fold predictives
 def test_cross_val_predict_dist_is_each_folds_predictive():
     X, y = _data(n=60)
@@ -328,6 +445,21 @@ def test_cross_val_predict_dist_is_each_folds_predictive():
         np.testing.assert_allclose(dist.mean()[test], own.mean(), rtol=1e-10)
         np.testing.assert_allclose(dist.interval(0.9)[1][test], own.interval(0.9)[1],
                                    rtol=1e-10)
+
+
+def test_cross_val_predict_dist_takes_groups_and_fit_params():
+    X, y = _data(n=60)
+    groups = np.repeat(np.arange(12), 5)
+    w = np.random.default_rng(3).integers(1, 4, size=60).astype(float)
+    pipe = make_pipeline(StandardScaler(), WeightedLine())
+    cv = GroupKFold(3)
+    dist = cross_val_predict_dist(pipe, X, y, groups=groups, cv=cv,
+                                  params={"weightedline__sample_weight": w})
+    for train, test in cv.split(X, y, groups):
+        own = clone(pipe).fit(X[train], y[train], weightedline__sample_weight=w[train])
+        np.testing.assert_allclose(dist.mean()[test], own.predict(X[test]), rtol=1e-10)
+    unweighted = cross_val_predict_dist(pipe, X, y, groups=groups, cv=cv)
+    assert not np.allclose(unweighted.mean(), dist.mean())
 
 
 def test_out_of_fold_distribution_answers_each_row_with_its_part():

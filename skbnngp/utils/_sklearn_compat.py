@@ -4,7 +4,7 @@ from sklearn.base import _fit_context  # noqa: F401
 from sklearn.utils._param_validation import (  # noqa: F401
     HasMethods, Interval, Options, StrOptions, validate_parameter_constraints, validate_params,
 )
-from sklearn.utils.validation import check_is_fitted  # noqa: F401
+from sklearn.utils.validation import _check_method_params, check_is_fitted  # noqa: F401
 from sklearn.utils.validation import validate_data as _sklearn_validate_data
 
 _NOT_NUMERIC = ("could not convert", "Unable to convert", "invalid literal")
