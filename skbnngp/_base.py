@@ -208,6 +208,36 @@ def collapse_rows(X, y, sample_weight):
     return X[index], np.asarray(y)[index], w
 
 
+#: A fitted noise within this factor of its lower bound counts as on the bound.
+NOISE_AT_BOUND = 1.01
+
+
+def warn_repeated_noise(estimator, weights, noise, bounds, name):
+    """Warn that repeated rows may have pushed a GP's noise to its lower bound.
+
+    ``weights`` are the training rows' frequency weights after :func:`collapse_rows` (None:
+    every distinct row once), ``noise`` the fitted value of the noise hyperparameter
+    ``name`` and ``bounds`` its ``(low, high)`` box (``"fixed"``: not fitted). Under
+    frequency weights a row of weight ``w`` is ``w`` identical observations, whose
+    likelihood favours a smaller noise by a factor ``noise^-(w - 1) / 2``: with total weight
+    above the number of distinct rows that pressure can drive the noise to its bound and
+    the model to interpolate. A UserWarning says so when it happened.
+    """
+    if weights is None or isinstance(bounds, str):
+        return
+    total, n = float(np.sum(weights)), len(weights)
+    if total <= n * (1 + 1e-9) or noise > bounds[0] * NOISE_AT_BOUND:
+        return
+    warnings.warn(
+        f"{type(estimator).__name__}: the fitted noise ({name}={noise:.3g}) is at its lower "
+        f"bound, and the {n} distinct training rows count {total:.6g} times (repeated "
+        "(x, y) rows or sample_weight above 1). As frequency weights, repeated identical "
+        "targets are evidence of no noise, so the model interpolates and its predictive "
+        "may be far off between the rows. If the weights are importances rather than "
+        "counts, divide sample_weight by its mean; if the target is noiseless, ignore this.",
+        UserWarning, stacklevel=3)
+
+
 def network_weights(estimator, X, y, sample_weight):
     """A network's training rows: ``sample_weight`` checked (:func:`check_weights`) and the
     rows merged by :func:`collapse_rows`, so that integer weights and the rows repeated in

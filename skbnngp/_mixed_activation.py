@@ -15,7 +15,8 @@ from sklearn.utils import check_array, check_random_state
 from ._backend import ExactGP, NystromGP, as_tensor, gp_predict, to_float, to_numpy
 from ._base import (BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_bounds, check_weights, collapse_rows, fit_hyperparameters,
-                    fit_input_scaling, plain, transactional)
+                    fit_input_scaling, plain, transactional,
+                    warn_repeated_noise)
 from ._calibration import REGRESSOR_CALIBRATION
 from ._predictive import RegressorPredictiveMixin
 from .kernels import PAPER_ACTIVATIONS, Activation
@@ -387,7 +388,10 @@ default=("tanh", "leaky_relu")
             likelihood raised to the power ``w_i``), so an integer weight is the row repeated
             that many times and a zero weight drops it. Exact duplicate rows are merged into
             one weighted row (the same model); the calibration counts a row's leave-one-out
-            residual ``w_i`` times. None: every row once.
+            residual ``w_i`` times. Identical repeats are evidence of no noise:
+            weights summing above the number of rows can send the noise to its lower bound
+            (a UserWarning then; importance weights: divide by their mean). None: every row
+            once.
 
         Returns
         -------
@@ -445,6 +449,8 @@ default=("tanh", "leaky_relu")
         self._set_fitted(raw, st, priors)
         self.calibration_ = "student_t" if self.calibration == "auto" else self.calibration
         self._calibrate_from_loo(self.calibration_, engine, st, layout.unpack(raw))
+        if self.optimizer is not None:
+            warn_repeated_noise(self, w, self.noise_variance_, nb, "noise_variance")
         return self
 
     def _make_engine(self, Xt, Yt, Zt):

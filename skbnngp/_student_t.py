@@ -35,6 +35,7 @@ from ._base import (
     fit_hyperparameters,
     fit_input_scaling,
     transactional,
+    warn_repeated_noise,
 )
 from ._calibration import REGRESSOR_CALIBRATION
 from ._predictive import RegressorPredictiveMixin
@@ -394,7 +395,10 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
             lambda)^{w_i}`` (noise ``s lambda / w_i``), so an integer weight is the row
             repeated that many times and a zero weight drops it. Exact duplicate rows are
             merged into one weighted row (the same model), and the calibration counts a
-            row's leave-one-out residual ``w_i`` times. None: every row once.
+            row's leave-one-out residual ``w_i`` times. Identical repeats are evidence of
+            no noise: weights summing above the number of rows can send the noise to its
+            lower bound (a UserWarning then; importance weights: divide by their mean).
+            None: every row once.
 
         Returns
         -------
@@ -406,10 +410,15 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
                              ensure_min_samples=2, dtype=np.float64)
         X, y, w = collapse_rows(X, y, check_weights(X, sample_weight))
         if self.ard == "auto" and X.shape[1] > 1:
-            return self._fit_auto_ard(X, y, w)
-        self.ard_loo_gain_ = None
-        return self._fit_kernel(X, y, kind, inference, bounds, settings,
-                                not isinstance(self.ard, str) and bool(self.ard), w)
+            self._fit_auto_ard(X, y, w)
+        else:
+            self.ard_loo_gain_ = None
+            self._fit_kernel(X, y, kind, inference, bounds, settings,
+                             not isinstance(self.ard, str) and bool(self.ard), w)
+        if self.optimizer is not None:
+            warn_repeated_noise(self, w, self.hyperparameters_["alpha"],
+                                bounds[HYPERPARAMETERS.index("alpha")], "alpha")
+        return self
 
     def _fit_auto_ard(self, X, y, w=None):
         """``ard="auto"``: fit the shared and the ARD kernel (each a full fit, as

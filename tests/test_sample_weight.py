@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import has_fit_parameter
 
 from skbnngp import (
@@ -112,6 +113,23 @@ def test_gp_integer_weights_equal_repeated_rows(est, rng):
         for ua, ub in zip(a.predict(Xt, return_std=True), other.predict(Xt, return_std=True)):
             np.testing.assert_allclose(ua, ub, rtol=1e-8, atol=1e-10)
         assert a.calibration_factor_ == pytest.approx(other.calibration_factor_, rel=1e-8)
+
+
+@pytest.mark.parametrize("est", GP_REGRESSORS[:2], ids=lambda e: repr(e)[:40])
+def test_gp_noise_driven_to_its_bound_by_repeated_rows_warns(est, rng):
+    """Every row counted twice: the identical repeats are evidence of no noise, the noise
+    ends on its lower bound, and a UserWarning says why; weights of mean 1 (importances)
+    keep the noise off the bound and do not warn."""
+    X = rng.normal(size=(60, 3))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.2 * rng.normal(size=60)
+    est = clone(est).set_params(max_iter=100)
+    with pytest.warns(UserWarning, match="lower bound.*count 120 times"):
+        clone(est).fit(X, y, sample_weight=np.full(60, 2.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for w in (None, np.full(60, 0.5), rng.uniform(0.5, 1.5, size=60)):
+            clone(est).fit(X, y, sample_weight=None if w is None else w / w.mean())
 
 
 def test_weighted_calibration_equals_repeated_residuals(rng):
