@@ -285,6 +285,9 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             folds = [tuple(train_test_split(local, test_size=self.calibration_size,
                                             random_state=self.random_state))]
         elif self.method == "split":
+            if np.unique(gr).size < 2:
+                raise ValueError("groups: method='split' holds out whole groups and needs at "
+                                 f"least 2 of them; got {np.unique(gr).size}.")
             folds = list(GroupShuffleSplit(1, test_size=self.calibration_size,
                                            random_state=self.random_state).split(
                 local, groups=gr))

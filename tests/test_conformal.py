@@ -431,6 +431,9 @@ def test_conformal_groups_are_never_both_trained_on_and_scored(method):
             mine = scored[reg._fold_of == k]
             assert not np.isin(groups[np.setdiff1d(np.arange(90), mine)], groups[mine]).any()
     assert np.all(np.isfinite(reg.predict_interval(X[:3], 0.8)))
+    if method == "split":
+        with pytest.raises(ValueError, match="groups"):
+            clone(reg).fit(X, y, groups=np.zeros(90))
 
 
 # ============================================================== out-of-fold predictives
