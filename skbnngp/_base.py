@@ -238,16 +238,41 @@ def warn_repeated_noise(estimator, weights, noise, bounds, name):
         UserWarning, stacklevel=3)
 
 
+#: Mean frequency weight of the distinct training rows below which a fit warns that the
+#: data count as far fewer observations than rows (normalised or probability weights).
+LIGHT_WEIGHT_MEAN = 0.25
+
+
+def warn_light_weights(estimator, weights):
+    """Warn when the training rows' frequency ``weights`` (after :func:`collapse_rows`; None:
+    every row once) average below :data:`LIGHT_WEIGHT_MEAN`: the likelihood then counts the
+    data as ``sum(w)`` observations, so the model leans on its prior (a flatter fit, wider
+    intervals), which weights normalised to sum to 1 make silently."""
+    if weights is None:
+        return
+    total, n = float(np.sum(weights)), len(weights)
+    if total >= LIGHT_WEIGHT_MEAN * n:
+        return
+    warnings.warn(
+        f"{type(estimator).__name__}: sample_weight averages {total / n:.3g} over the {n} "
+        f"distinct training rows: as frequency weights the data count as {total:.3g} "
+        "observations, so the model leans on its prior (a flatter fit, wider intervals). If "
+        "the weights are importances rather than counts, divide sample_weight by its mean.",
+        UserWarning, stacklevel=4)
+
+
 def network_weights(estimator, X, y, sample_weight):
     """A network's training rows: ``sample_weight`` checked (:func:`check_weights`) and the
     rows merged by :func:`collapse_rows`, so that integer weights and the rows repeated in
     any order give one training problem (the networks' mini-batches included). Returns
     ``(X, y, w)``, ``w`` None when every row counts once. A ValueError names
-    ``sample_weight`` when fewer than 2 distinct rows of positive weight remain."""
+    ``sample_weight`` when fewer than 2 distinct rows of positive weight remain, and
+    :func:`warn_light_weights` warns of weights far below 1."""
     X, y, w = collapse_rows(X, y, check_weights(X, sample_weight))
     if X.shape[0] < 2:
         raise ValueError(f"{type(estimator).__name__} needs at least 2 distinct rows of "
                          f"positive sample_weight; got {X.shape[0]}.")
+    warn_light_weights(estimator, w)
     return X, y, w
 
 

@@ -513,7 +513,9 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
             drops it. Exact duplicate ``(x, y)`` rows are merged into one weighted row (and
             the rows sorted) first, so weights and repeated rows train the identical model;
             the held-out split is drawn over the distinct rows, and the calibration counts a
-            row's leave-one-out residual ``w_i`` times. None: every row once.
+            row's leave-one-out residual ``w_i`` times. Weights averaging under 1/4 count
+            the data as few observations (a UserWarning; importance weights: divide by
+            their mean). None: every row once.
 
         Returns
         -------

@@ -362,8 +362,9 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
             the temperature is fitted on the weighted held-out NLL. A zero weight drops the
             row (a class left with none is not among ``classes_``); exact duplicate
             ``(x, y)`` rows are merged into one weighted row (and the rows sorted) first,
-            so integer weights and repeated rows train the identical model. None: every
-            row once.
+            so integer weights and repeated rows train the identical model. Weights
+            averaging under 1/4 make the KL outweigh the data (a UserWarning; importance
+            weights: divide by their mean). None: every row once.
 
         Returns
         -------

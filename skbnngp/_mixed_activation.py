@@ -16,7 +16,7 @@ from ._backend import ExactGP, NystromGP, as_tensor, gp_predict, to_float, to_nu
 from ._base import (BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_bounds, check_weights, collapse_rows, fit_hyperparameters,
                     fit_input_scaling, plain, transactional,
-                    warn_repeated_noise)
+                    warn_light_weights, warn_repeated_noise)
 from ._calibration import REGRESSOR_CALIBRATION
 from ._predictive import RegressorPredictiveMixin
 from .kernels import PAPER_ACTIVATIONS, Activation
@@ -390,8 +390,9 @@ default=("tanh", "leaky_relu")
             one weighted row (the same model); the calibration counts a row's leave-one-out
             residual ``w_i`` times. Identical repeats are evidence of no noise:
             weights summing above the number of rows can send the noise to its lower bound
-            (a UserWarning then; importance weights: divide by their mean). None: every row
-            once.
+            (a UserWarning then; importance weights: divide by their mean), and weights
+            averaging under 1/4 count the data as few observations (a UserWarning too).
+            None: every row once.
 
         Returns
         -------
@@ -401,6 +402,7 @@ default=("tanh", "leaky_relu")
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
         X, y, w = collapse_rows(X, y, check_weights(X, sample_weight))
+        warn_light_weights(self, w)
         self._train_weight = w
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)

@@ -425,7 +425,9 @@ default="auto"
             ``noise / w_i``); the input and target statistics and the calibration residuals
             are weighted too. A zero weight drops the row; exact duplicate ``(x, y)`` rows
             are merged into one weighted row (and the rows sorted) first, so integer weights
-            and repeated rows train the identical model. None: every row once.
+            and repeated rows train the identical model. Weights averaging under 1/4 count
+            the data as few observations in the last layer's evidence (a UserWarning;
+            importance weights: divide by their mean). None: every row once.
 
         Returns
         -------

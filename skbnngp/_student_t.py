@@ -35,6 +35,7 @@ from ._base import (
     fit_hyperparameters,
     fit_input_scaling,
     transactional,
+    warn_light_weights,
     warn_repeated_noise,
 )
 from ._calibration import REGRESSOR_CALIBRATION
@@ -397,8 +398,9 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
             merged into one weighted row (the same model), and the calibration counts a
             row's leave-one-out residual ``w_i`` times. Identical repeats are evidence of
             no noise: weights summing above the number of rows can send the noise to its
-            lower bound (a UserWarning then; importance weights: divide by their mean).
-            None: every row once.
+            lower bound (a UserWarning then; importance weights: divide by their mean),
+            and weights averaging under 1/4 count the data as few observations (a
+            UserWarning too). None: every row once.
 
         Returns
         -------
@@ -409,6 +411,7 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
         X, y, w = collapse_rows(X, y, check_weights(X, sample_weight))
+        warn_light_weights(self, w)
         if self.ard == "auto" and X.shape[1] > 1:
             self._fit_auto_ard(X, y, w)
         else:

@@ -132,6 +132,25 @@ def test_gp_noise_driven_to_its_bound_by_repeated_rows_warns(est, rng):
             clone(est).fit(X, y, sample_weight=None if w is None else w / w.mean())
 
 
+@pytest.mark.parametrize("cls", [c for c in WEIGHTED if c is not StudentTProcessClassifier],
+                         ids=lambda c: c.__name__)
+def test_weights_far_below_one_warn(cls, rng):
+    """Weights normalised to sum to 1 count the data as one observation (the model then
+    leans on its prior): a UserWarning says so; weights of mean 1/2 do not warn. The
+    Student-t classifier scales its weights to mean 1, so it has nothing to warn of."""
+    X = rng.normal(size=(40, 3))
+    y = X[:, 0] + 0.1 * rng.normal(size=40)
+    if cls is FiDGPClassifier:
+        y = (y > 0).astype(int)
+    est = cls(**FAST.get(cls.__name__, {}))
+    with pytest.warns(UserWarning, match="averages 0.025 .* count as 1 observations"):
+        clone(est).fit(X, y, sample_weight=np.full(40, 1 / 40))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clone(est).fit(X, y, sample_weight=np.full(40, 0.5))
+    assert not [w for w in caught if "averages" in str(w.message)]
+
+
 def test_weighted_calibration_equals_repeated_residuals(rng):
     z = rng.standard_t(4, size=40)
     w = rng.integers(1, 4, size=40)
