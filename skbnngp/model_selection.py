@@ -10,11 +10,14 @@ so any metric of :mod:`skbnngp.metrics` on it is an honest estimate, in one line
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 from scipy import stats
 from sklearn.base import clone, is_classifier
 from sklearn.model_selection import check_cv
 from sklearn.utils import _safe_indexing, check_array
+from sklearn.utils.parallel import Parallel, delayed
 from sklearn.utils.validation import _num_samples, check_consistent_length
 
 from .distributions import OutOfFoldDistribution
@@ -42,13 +45,22 @@ def _merge(parts, rows, n):
     return getattr(stats, family)(**params)
 
 
+def _fold_predictive(estimator, X, y, train, test, params):
+    """The predictive at the ``test`` rows of ``estimator`` fitted on the ``train`` rows."""
+    from .metrics import predictive_response
+
+    fit_params = _check_method_params(X, params=params or {}, indices=train)
+    model = clone(estimator).fit(_safe_indexing(X, train), y[train], **fit_params)
+    return predictive_response(model, _safe_indexing(X, test))
+
+
 @validate_params(
     {"estimator": [HasMethods(["fit"])], "X": ["array-like", "sparse matrix"],
      "y": ["array-like"], "groups": ["array-like", None], "cv": ["cv_object"],
-     "params": [dict, None]},
+     "n_jobs": [Integral, None], "params": [dict, None]},
     prefer_skip_nested_validation=False,
 )
-def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, params=None):
+def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, n_jobs=None, params=None):
     """Each row's out-of-fold predictive distribution.
 
     Every fold of ``cv`` fits a clone of ``estimator`` on the other rows and predicts its
@@ -67,6 +79,9 @@ def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, params=None):
         As in :func:`sklearn.model_selection.cross_val_predict`; each row must lie in
         exactly one test fold. Five folds, sklearn's default, fit each model on 80 % of
         the rows.
+    n_jobs : int, default=None
+        Folds fitted in parallel (joblib; None: one at a time, -1: every core). Each
+        worker's fits keep to the threads it is given (see the User Guide on threads).
     params : dict, default=None
         Parameters of ``estimator.fit``; those of one value per row (``sample_weight``, or
         a Pipeline's ``<step>__sample_weight``) are cut to each fold's training rows.
@@ -94,8 +109,6 @@ def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, params=None):
     >>> 0 <= interval_coverage(y, dist, 0.9) <= 1
     True
     """
-    from .metrics import predictive_response
-
     if is_classifier(estimator):
         raise TypeError(f"estimator must be a regressor with predict_dist, got the classifier "
                         f"{type(estimator).__name__}.")
@@ -107,11 +120,9 @@ def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, params=None):
     if not np.array_equal(np.sort(tested), np.arange(n)):
         raise ValueError("cv must put every row in exactly one test fold (e.g. KFold); got "
                          "folds that do not.")
-    parts, rows = [], []
-    for train, test in folds:
-        fit_params = _check_method_params(X, params=params or {}, indices=train)
-        model = clone(estimator).fit(_safe_indexing(X, train), y[train], **fit_params)
-        parts.append(predictive_response(model, _safe_indexing(X, test)))
-        rows.append(test)
+    parts = Parallel(n_jobs=n_jobs)(
+        delayed(_fold_predictive)(estimator, X, y, train, test, params)
+        for train, test in folds)
+    rows = [test for _, test in folds]
     merged = _merge(parts, rows, n)
     return OutOfFoldDistribution(parts, rows) if merged is None else merged

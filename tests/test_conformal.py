@@ -465,6 +465,18 @@ def test_cross_val_predict_dist_takes_groups_and_fit_params():
     assert not np.allclose(unweighted.mean(), dist.mean())
 
 
+def test_cross_val_predict_dist_in_parallel_is_the_serial_one():
+    """Folds fitted by two joblib workers: the same predictives as one at a time, within
+    1e-8 relative (another process may run the fits on another thread count, which moves
+    the optimiser's sums in the last bits)."""
+    X, y = _data(n=60)
+    est = StudentTProcessRegressor(**_fast("StudentTProcessRegressor"))
+    serial = cross_val_predict_dist(est, X, y, cv=3)
+    parallel = cross_val_predict_dist(est, X, y, cv=3, n_jobs=2)
+    np.testing.assert_allclose(parallel.mean(), serial.mean(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(parallel.interval(0.9), serial.interval(0.9), rtol=1e-8)
+
+
 def test_out_of_fold_distribution_answers_each_row_with_its_part():
     parts = [stats.norm(np.zeros(2), 1.0), stats.t(3, loc=np.ones(3), scale=2.0)]
     rows = [np.array([0, 3]), np.array([1, 2, 4])]
