@@ -279,7 +279,6 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
                                      f"of positive sample_weight; got {rows.size}.")
         Xr, yr = _safe_indexing(X, rows), y[rows]
         gr = None if groups is None else groups[rows]
-        wr = w
         local = np.arange(rows.size)
         if self.method == "split" and gr is None:
             folds = [tuple(train_test_split(local, test_size=self.calibration_size,
@@ -299,16 +298,19 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
                                  "method='cv+' (e.g. KFold); got folds that do not.")
         scores, fold_of, fitted = [], [], []
         for k, (train, test) in enumerate(folds):
-            fit_params = {} if wr is None else {key: wr[train]}
+            fit_params = {} if w is None else {key: w[train]}
             model = clone(base).fit(_safe_indexing(Xr, train), yr[train], **fit_params)
             loc, scale = predictive_location_scale(model, _safe_indexing(Xr, test))
             scores.append((yr[test] - loc) / scale)
             fold_of.append(np.full(test.size, k))
             fitted.append(model)
         order = np.concatenate([test for _, test in folds])
+        if w is not None and not w[order].sum() > 0:
+            raise ValueError("sample_weight: every calibration row has weight 0; no score "
+                             "is left to calibrate with.")
         self.estimators_ = fitted
         self.calibration_indices_ = rows[order]
-        self.calibration_weights_ = None if wr is None else wr[order]
+        self.calibration_weights_ = None if w is None else w[order]
         self.conformity_scores_ = np.concatenate(scores)
         self._fold_of = np.concatenate(fold_of)
         return self
