@@ -18,6 +18,7 @@ from sklearn.base import BaseEstimator, MetaEstimatorMixin, RegressorMixin, clon
 from sklearn.model_selection import GroupShuffleSplit, check_cv, train_test_split
 from sklearn.pipeline import Pipeline
 from sklearn.utils import _safe_indexing, check_array, get_tags
+from sklearn.utils.parallel import Parallel, delayed
 from sklearn.utils.validation import (
     _num_samples,
     check_consistent_length,
@@ -87,6 +88,14 @@ def _numeric(X):
         return None
 
 
+def _fit_and_score(base, X, y, train, test, fit_params):
+    """A clone of ``base`` fitted on the ``train`` rows and the normalised residuals
+    ``(y - m(x)) / s(x)`` of the ``test`` rows under its predictive."""
+    model = clone(base).fit(_safe_indexing(X, train), y[train], **fit_params)
+    loc, scale = predictive_location_scale(model, _safe_indexing(X, test))
+    return model, (y[test] - loc) / scale
+
+
 class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
     """Conformal predictive distributions around a regressor's own predictive.
 
@@ -125,6 +134,10 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         way the model's predictive does not follow. Symmetric is the default because the
         central interval's coverage is what most users ask for, and pooling the tails
         narrows it most where calibration rows are few.
+    n_jobs : int, default=None
+        Fold models of ``method="cv+"`` fitted in parallel (joblib; None: one at a time,
+        -1: every core); each worker's fits keep to the threads it is given. One at a time by
+        default, since a model's own fit already uses the cores it can.
     random_state : int, RandomState instance or None, default=None
         Shuffles the rows before the split of ``method="split"``.
 
@@ -203,16 +216,18 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         "calibration_size": [Interval(Real, 0, 1, closed="neither"),
                              Interval(Integral, 1, None, closed="left")],
         "symmetric": ["boolean"],
+        "n_jobs": [Integral, None],
         "random_state": ["random_state"],
     }
 
     def __init__(self, estimator=None, *, method="split", cv=5, calibration_size=0.25,
-                 symmetric=True, random_state=None):
+                 symmetric=True, n_jobs=None, random_state=None):
         self.estimator = estimator
         self.method = method
         self.cv = cv
         self.calibration_size = calibration_size
         self.symmetric = symmetric
+        self.n_jobs = n_jobs
         self.random_state = random_state
 
     def _base(self):
@@ -296,14 +311,13 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             if not np.array_equal(np.sort(tested), local):
                 raise ValueError("cv must put every row in exactly one test fold for "
                                  "method='cv+' (e.g. KFold); got folds that do not.")
-        scores, fold_of, fitted = [], [], []
-        for k, (train, test) in enumerate(folds):
-            fit_params = {} if w is None else {key: w[train]}
-            model = clone(base).fit(_safe_indexing(Xr, train), yr[train], **fit_params)
-            loc, scale = predictive_location_scale(model, _safe_indexing(Xr, test))
-            scores.append((yr[test] - loc) / scale)
-            fold_of.append(np.full(test.size, k))
-            fitted.append(model)
+        fits = Parallel(n_jobs=self.n_jobs if len(folds) > 1 else None)(
+            delayed(_fit_and_score)(base, Xr, yr, train, test,
+                                    {} if w is None else {key: w[train]})
+            for train, test in folds)
+        fitted = [model for model, _ in fits]
+        scores = [score for _, score in fits]
+        fold_of = [np.full(test.size, k) for k, (_, test) in enumerate(folds)]
         order = np.concatenate([test for _, test in folds])
         if w is not None and not w[order].sum() > 0:
             raise ValueError("sample_weight: every calibration row has weight 0; no score "

@@ -274,6 +274,19 @@ def test_conformal_with_a_pipeline_inside_and_around_and_a_grid_search():
     assert search.predict(X[:3]).shape == (3,)
 
 
+def test_conformal_cv_plus_in_parallel_is_the_serial_one():
+    """cv+ fold models fitted by two joblib workers: the same scores and intervals as one at
+    a time, within 1e-8 relative (another process may sum in another thread count)."""
+    X, y = _data(n=60)
+    est = StudentTProcessRegressor(**_fast("StudentTProcessRegressor"))
+    serial = ConformalRegressor(est, method="cv+", cv=3).fit(X, y)
+    parallel = ConformalRegressor(est, method="cv+", cv=3, n_jobs=2).fit(X, y)
+    np.testing.assert_allclose(parallel.conformity_scores_, serial.conformity_scores_,
+                               rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(parallel.predict_interval(X[:5], 0.8),
+                               serial.predict_interval(X[:5], 0.8), rtol=1e-8)
+
+
 def test_conformal_clone_and_pickle_keep_the_intervals():
     X, y = _data(n=60)
     reg = ConformalRegressor(StudentTProcessRegressor(max_iter=5), method="cv+", cv=3).fit(X, y)
