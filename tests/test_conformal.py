@@ -417,10 +417,8 @@ def test_conformal_weights_reach_a_pipelines_final_step_or_are_refused():
     w = np.random.default_rng(2).integers(1, 4, size=80).astype(float)
     pipe = make_pipeline(StandardScaler(), WeightedLine())
     reg = ConformalRegressor(pipe, random_state=0).fit(X, y, sample_weight=w)
-    own = clone(pipe).fit(X[~np.isin(np.arange(80), reg.calibration_indices_)],
-                          y[~np.isin(np.arange(80), reg.calibration_indices_)],
-                          weightedline__sample_weight=w[~np.isin(np.arange(80),
-                                                                 reg.calibration_indices_)])
+    train = np.setdiff1d(np.arange(80), reg.calibration_indices_)
+    own = clone(pipe).fit(X[train], y[train], weightedline__sample_weight=w[train])
     np.testing.assert_allclose(reg.estimators_[0][-1].coef_, own[-1].coef_, rtol=1e-10)
     np.testing.assert_array_equal(reg.calibration_weights_, w[reg.calibration_indices_])
     with pytest.raises(ValueError, match="sample_weight"):
