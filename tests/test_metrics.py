@@ -528,7 +528,10 @@ def test_package_scorers_on_a_pipeline_equal_the_prescaled_estimator(Est, params
     X = rng.normal(size=(60, 3)) * [1.0, 10.0, 100.0] + 5.0
     classifier = "Classifier" in Est.__name__
     y = (X[:, 0] > 5.0).astype(int) if classifier else np.sin(X[:, 0]) + 0.1 * rng.normal(size=60)
-    make = lambda: Est(**{**params, "random_state": 0})  # noqa: E731
+
+    def make():
+        return Est(**{**params, "random_state": 0})
+
     pipe = make_pipeline(StandardScaler(), make()).fit(X[:40], y[:40])
     scaler = StandardScaler().fit(X[:40])
     est = make().fit(scaler.transform(X[:40]), y[:40])

@@ -446,8 +446,7 @@ class NetworkTrainer:
     def fit(self, n_rows, *, batch_size=None, max_epochs=100, rng=None, validate=None,
             validation_interval=10, n_iter_no_change=10, tol=1e-4, sync_steps=10,
             min_epochs=0, plateau_drops=0, plateau_factor=0.1, plateau_patience=None,
-            verbose=0, label="network",
-            print_fn=None):
+            verbose=0, label="network", print_fn=None):
         """Train for at most ``max_epochs`` epochs over ``n_rows`` training rows.
 
         Parameters
