@@ -327,6 +327,7 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         self.calibration_weights_ = None if w is None else w[order]
         self.conformity_scores_ = np.concatenate(scores)
         self._fold_of = np.concatenate(fold_of)
+        self._symmetric = bool(self.symmetric)
         return self
 
     def _location_scales(self, X):
@@ -367,12 +368,10 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         parts = self._location_scales(X)
         scores = np.moveaxis(self.conformity_scores_, 0, -1)  # (n,) or (n_targets, n)
         n = scores.shape[-1]
-        if self.method == "split":
-            loc, scale = (a[..., None] for a in parts[0])
-        else:
-            loc, scale = (np.stack(a, axis=-1)[..., self._fold_of] for a in zip(*parts))
+        # each score with the location and scale of the model that did not see its row
+        loc, scale = (np.stack(a, axis=-1)[..., self._fold_of] for a in zip(*parts))
         weights = self.calibration_weights_
-        if not self.symmetric:
+        if not self._symmetric:  # as fitted, whatever set_params did since
             return ConformalPredictiveDistribution(loc + scale * scores, weights=weights)
         spread = scale * np.abs(scores)
         return ConformalPredictiveDistribution(

@@ -287,6 +287,16 @@ def test_conformal_cv_plus_in_parallel_is_the_serial_one():
                                serial.predict_interval(X[:5], 0.8), rtol=1e-8)
 
 
+def test_conformal_predictions_read_the_fitted_state_not_later_parameters():
+    """set_params after fit changes nothing until the next fit (cv+ fitted, then the
+    parameters of a split, signed fit set)."""
+    X, y = _data(n=60)
+    reg = ConformalRegressor(OverconfidentLine(), method="cv+", cv=3).fit(X, y)
+    before = reg.predict_interval(X[:5], [0.5, 0.9])
+    reg.set_params(method="split", symmetric=False)
+    np.testing.assert_array_equal(reg.predict_interval(X[:5], [0.5, 0.9]), before)
+
+
 def test_conformal_clone_and_pickle_keep_the_intervals():
     X, y = _data(n=60)
     reg = ConformalRegressor(StudentTProcessRegressor(max_iter=5), method="cv+", cv=3).fit(X, y)
