@@ -399,11 +399,13 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         dist = self.predict_dist(X)
         n, need = dist.total_weight, dist.rows_needed(levels)
         if np.any(need > n):
+            # a cv+ fit (one model per fold) already scores every row
+            fix = ("more rows or a lower confidence" if len(self.estimators_) > 1 else
+                   "more rows, a larger calibration_size or method='cv+'")
             warnings.warn(
                 f"{type(self).__name__}: {n:.10g} calibration scores cannot bound a central "
                 f"{levels[need > n].max():g} interval (it needs {need.max()}), so its bounds "
-                "are infinite; use more rows, a larger calibration_size or method='cv+'.",
-                UserWarning, stacklevel=2)
+                f"are infinite; use {fix}.", UserWarning, stacklevel=2)
         return central_intervals(dist, confidence)
 
     def __sklearn_tags__(self):

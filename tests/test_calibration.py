@@ -292,3 +292,36 @@ def test_dbk_keeps_the_heavy_tails_of_heavy_tailed_noise():
     reg = DBKRegressor(random_state=0).fit(X, y)
     assert reg.predictive_df_ <= 2
     assert 0.92 <= _coverage(reg, Xt, yt) <= 0.98
+
+
+@pytest.mark.parametrize("shape", ["likelihood", "levels"])
+def test_too_few_residuals_never_narrow_the_predictive(shape):
+    """A variance factor below 1 needs at least the 19 residuals whose split-conformal rank
+    exists at 95 %: two residuals near 0 (a two-row fit's leave-one-out ones) leave the
+    predictive as it is, where the likelihood-ratio test alone shrank its variance
+    ten-thousandfold; 19 residuals as narrow (or 10 of weight 2) still narrow it."""
+    from skbnngp._backend._calibration import student_t_calibration
+
+    z = np.array([0.01, -0.01])
+    assert student_t_calibration(z, shape=shape)[1] >= 1.0
+    assert student_t_calibration(z, shape=shape, weights=[9.0, 9.0])[1] >= 1.0
+    narrow = 0.01 * np.random.default_rng(0).normal(size=19)
+    assert student_t_calibration(narrow, shape=shape)[1] < 0.01
+    assert student_t_calibration(narrow[:10], shape=shape, weights=np.full(10, 2.0))[1] < 0.01
+
+
+def test_a_two_row_fit_keeps_its_models_uncertainty():
+    """On two rows the mixed-activation GP's marginal likelihood takes a near-linear kernel
+    of large amplitude, whose predictive is wide away from the rows; its two leave-one-out
+    residuals are then tiny against their predictive std, and the calibration used to read
+    that as a noise estimate 10^4 times too large (95 % coverage 0.00-0.03 of fresh rows)."""
+    rng = np.random.default_rng(1)
+    X, Xte = rng.normal(size=(2, 3)), rng.normal(size=(300, 3))
+    y, yte = np.sin(X[:, 0]), np.sin(Xte[:, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MixedActivationGPRegressor(random_state=0).fit(X, y)
+        raw = MixedActivationGPRegressor(random_state=0, calibration=None).fit(X, y)
+    assert model.calibration_factor_ >= 1.0
+    assert _coverage(model, Xte, yte) >= _coverage(raw, Xte, yte)
+    assert _coverage(model, Xte, yte) > 0.5

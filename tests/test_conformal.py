@@ -311,7 +311,8 @@ def test_conformal_warns_when_a_level_needs_more_calibration_rows(symmetric, n_c
     X, y = _data(n=80)
     reg = ConformalRegressor(OverconfidentLine(), calibration_size=n_cal,
                              symmetric=symmetric, random_state=0).fit(X, y)
-    with pytest.warns(UserWarning, match=f"{n_cal} calibration scores .* 0.95 .* needs {need}"):
+    with pytest.warns(UserWarning, match=f"{n_cal} calibration scores .* 0.95 .* needs {need}"
+                      ".*calibration_size or method='cv\\+'"):
         lo, hi = reg.predict_interval(X[:3], confidence=[0.9, 0.95])
     assert np.all(np.isfinite(lo[:, 0])) and np.all(lo[:, 1] == -np.inf)
     assert np.all(hi[:, 1] == np.inf)
@@ -320,6 +321,17 @@ def test_conformal_warns_when_a_level_needs_more_calibration_rows(symmetric, n_c
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.all(np.isfinite(reg.predict_interval(X[:3], confidence=0.95)))
+
+
+def test_a_cv_plus_fit_on_too_few_rows_names_the_remedies_that_apply():
+    """cv+ already scores every row: its warning asks for more rows or a lower level, not
+    for the calibration_size or the method it already has."""
+    X, y = _data(n=12)
+    reg = ConformalRegressor(OverconfidentLine(), method="cv+", cv=3).fit(X, y)
+    with pytest.warns(UserWarning, match="12 calibration scores .* use more rows or a lower "
+                      "confidence") as rec:
+        reg.predict_interval(X[:3], confidence=0.95)
+    assert "calibration_size" not in str(rec[0].message)
 
 
 def test_conformal_wraps_a_student_t_process_by_default():

@@ -204,6 +204,15 @@ T_SCALE_TEST_LEVEL = 0.01
 T_MAX_FIT_ROWS = 20000
 
 
+def _may_narrow(w_total, level):
+    """Whether ``w_total`` residuals (their total weight) are enough for a variance factor
+    below 1: at least ``level / (1 - level)`` (19 at 95 %), the fewest whose split-conformal
+    rank exists (:func:`loo_variance_factor`). On fewer, the likelihood-ratio test's
+    chi-square reference does not hold and two residuals near 0 would shrink the predictive
+    variance ten-thousandfold; the calibration then only widens."""
+    return w_total >= level / (1.0 - level) - 1e-9
+
+
 def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
                           min_df=1.0, weights=None, shape="likelihood"):
     """``(df, factor)`` of the Student-t calibration for the standardised held-out
@@ -237,7 +246,7 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
     zf, wf = z[::stride], (None if w is None else w[::stride])
     df0 = fit_t_df(zf, max_df, min_df, weights=wf)
     df, floor = df0, 1.0
-    if zf.size:
+    if zf.size and _may_narrow(z.size if w is None else float(w.sum()), level):
         df1, s = fit_t(zf, max_df=max_df, min_df=min_df, weights=wf)
         stat = 2.0 * (t_loglik(zf, df1, s, wf) - t_loglik(zf, df0, weights=wf))
         if stat > stats.chi2.isf(T_SCALE_TEST_LEVEL, 1) and df1 <= max_test_df:
@@ -251,9 +260,10 @@ def _student_t_levels(z, w, level, max_df, max_test_df, min_df):
     the squared scale of :func:`fit_t_levels`, which may fall below 1 only when those
     degrees of freedom are at most ``max_test_df`` (as in the likelihood rule). The 95 %
     conformal factor is not applied: it widens the central intervals that the fit over
-    the levels matched (``level`` is unused)."""
+    the levels matched (``level`` only sets the fewest residuals that may narrow it)."""
     df, s = fit_t_levels(z, max_df, min_df, weights=w)
-    return df, (s * s if df <= max_test_df else max(s * s, 1.0))
+    narrow = df <= max_test_df and _may_narrow(z.size if w is None else float(w.sum()), level)
+    return df, (s * s if narrow else max(s * s, 1.0))
 
 
 # ---------------------------------------------------------------------- temperature scaling
