@@ -243,8 +243,9 @@ class ConformalPredictiveDistribution:
     outside ``1..N``. For exchangeable calibration rows the central interval
     ``interval(c)`` then covers a new target with probability at least ``c`` in finite
     samples; with ``N = n`` each of its tails also misses at most ``(1 - c) / 2``. The cdf
-    is a step function, so there is no density (``logpdf``); score it with the CRPS or the
-    interval metrics.
+    is a step function, so there is no density (``logpdf``); score it with the interval
+    metrics, or with :func:`~skbnngp.metrics.crps`, which scores the candidate values (the
+    infinite tails' mass left out, as in :meth:`mean` and :meth:`std`).
 
     Frequency ``weights`` count a calibration row ``w_i`` times: ``n`` becomes their sum
     ``W`` and a rank ``k`` the first candidate whose cumulative weight reaches it, so that

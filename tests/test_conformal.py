@@ -519,3 +519,37 @@ def test_out_of_fold_distribution_answers_each_row_with_its_part():
     np.testing.assert_allclose(d.interval(0.9)[1][[1, 2, 4]], 1 + 2 * stats.t.ppf(0.95, 3))
     with pytest.raises(ValueError, match="partition"):
         OutOfFoldDistribution(parts, [np.array([0, 1]), np.array([1, 2, 4])])
+
+
+def test_the_crps_of_a_conformal_predictive_scores_its_candidate_values():
+    """``crps`` of a conformal predictive is the CRPS of its candidate values
+    (``E|X - y| - E|X - X'| / 2``, their weights as repeats): equal to the O(N^2) double
+    sum; as N grows, points at the mid-quantiles of a Gaussian score as the Gaussian does;
+    the numerical integral, which its masses at +-inf make diverge, is refused. Before, the
+    quadrature raised on fewer than about 100 calibration rows and on more summed the
+    never-closing tails into a CRPS 100x too large (7.3 for intervals 0.5 wide)."""
+    from skbnngp.metrics import crps
+
+    rng = np.random.default_rng(0)
+    points, y = rng.normal(size=(6, 9)), rng.normal(size=6)
+    w = rng.integers(0, 4, size=9).astype(float)
+    w[0] = 1.0
+    m = w / w.sum()
+    brute = np.mean([m @ np.abs(p - t) - 0.5 * m @ np.abs(p[:, None] - p[None, :]) @ m
+                     for p, t in zip(points, y)])
+    weighted = ConformalPredictiveDistribution(points, weights=w)
+    assert crps(y, weighted) == pytest.approx(brute, rel=1e-12)
+    repeated = ConformalPredictiveDistribution(np.repeat(points, w.astype(int), axis=1))
+    assert crps(y, repeated) == pytest.approx(brute, rel=1e-12)
+    q = stats.norm.ppf((np.arange(4000) + 0.5) / 4000)
+    grid = ConformalPredictiveDistribution(np.tile(q, (3, 1)))
+    y3 = np.array([-1.0, 0.0, 2.5])
+    assert crps(y3, grid) == pytest.approx(crps(y3, stats.norm(np.zeros(3), 1.0)), rel=1e-3)
+    with pytest.raises(ValueError, match="diverges"):
+        crps(y, weighted, method="numerical")
+    # a fitted ConformalRegressor's score is of the same order as its model's own
+    X, t = _data(n=150)
+    reg = ConformalRegressor(StudentTProcessRegressor(max_iter=5), method="cv+", cv=3)
+    reg.fit(X[:120], t[:120])
+    own = crps(t[120:], reg.estimators_[0].predict_dist(X[120:]))
+    assert 0.5 * own < crps(t[120:], reg.predict_dist(X[120:])) < 2.0 * own
