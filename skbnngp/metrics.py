@@ -498,24 +498,34 @@ def crps(y_true, dist, *, sample_weight=None, multioutput="uniform_average", met
     0.2...
     """
     y = _check_y_dist(y_true, dist)
-    from .distributions import ConformalPredictiveDistribution
+    values = _finite_or_raise(_crps_values(y, dist, method, n_nodes), "The CRPS of `dist`")
+    return _aggregate(values, y, sample_weight, multioutput)
 
+
+def _crps_values(y, dist, method, n_nodes):
+    """The CRPS of every entry (``y`` already of ``dist``'s batch shape); an out-of-fold
+    union is scored part by part, each part by its own closed form where it has one."""
+    from .distributions import ConformalPredictiveDistribution, OutOfFoldDistribution
+
+    if isinstance(dist, OutOfFoldDistribution):
+        values = np.empty(np.broadcast_shapes(y.shape, dist.shape))
+        y = np.broadcast_to(y, values.shape)
+        for part, rows in zip(dist.parts, dist.rows):
+            values[rows] = _crps_values(y[rows], part, method, n_nodes)
+        return values
     if isinstance(dist, ConformalPredictiveDistribution):
         if method == "numerical":
             raise ValueError(
                 "A ConformalPredictiveDistribution keeps mass at -inf and +inf, so the CRPS "
                 "integral over its cdf diverges; method='auto' scores its candidate values.")
-        values = _crps_points(np.broadcast_to(y, _broadcast(y, dist)), dist.points,
-                              dist.weights)
-        return _aggregate(_finite_or_raise(values, "The CRPS of `dist`"), y, sample_weight,
-                          multioutput)
+        return _crps_points(np.broadcast_to(y, _broadcast(y, dist)), dist.points,
+                            dist.weights)
     form = None if method == "numerical" else _closed_form(dist)
     if form is not None:
         _check_closed_form_params(*form)
     if form is not None and form[0] == "t" and not np.all(form[1]["df"] > 1):
         if np.any(form[1]["df"] <= 0.5):
-            values = np.broadcast_to(np.inf, y.shape)  # (1 - F)^2 ~ |z|^(-2 df): not integrable
-            return _aggregate(values, y, sample_weight, multioutput)
+            return np.broadcast_to(np.inf, y.shape)  # (1 - F)^2 ~ |z|^(-2 df): not integrable
         form = None
     if form is None and method == "closed_form":
         raise ValueError(
@@ -523,15 +533,12 @@ def crps(y_true, dist, *, sample_weight=None, multioutput="uniform_average", met
     if form is None:
         if not hasattr(dist, "ppf"):
             raise ValueError("Numerical CRPS needs `dist` to implement ppf as well as cdf.")
-        values = _crps_numerical(np.broadcast_to(y, _broadcast(y, dist)), dist, n_nodes)
-    elif form[0] == "norm":
-        values = _crps_norm(y, form[1]["loc"], form[1]["scale"])
-    elif form[0] == "t":
-        values = _crps_t(y, form[1]["df"], form[1]["loc"], form[1]["scale"])
-    else:
-        values = _crps_scale_mixture_norm(y, **form[1])
-    values = _finite_or_raise(values, "The CRPS of `dist`")
-    return _aggregate(values, y, sample_weight, multioutput)
+        return _crps_numerical(np.broadcast_to(y, _broadcast(y, dist)), dist, n_nodes)
+    if form[0] == "norm":
+        return _crps_norm(y, form[1]["loc"], form[1]["scale"])
+    if form[0] == "t":
+        return _crps_t(y, form[1]["df"], form[1]["loc"], form[1]["scale"])
+    return _crps_scale_mixture_norm(y, **form[1])
 
 
 def _crps_points(y, points, weights=None):

@@ -553,3 +553,17 @@ def test_the_crps_of_a_conformal_predictive_scores_its_candidate_values():
     reg.fit(X[:120], t[:120])
     own = crps(t[120:], reg.estimators_[0].predict_dist(X[120:]))
     assert 0.5 * own < crps(t[120:], reg.predict_dist(X[120:])) < 2.0 * own
+
+
+def test_out_of_fold_conformal_predictives_get_a_crps_part_by_part():
+    """``cross_val_predict_dist`` of a ``ConformalRegressor`` is a union of conformal
+    predictives; ``crps`` scores each part by its candidate values (it raised: the
+    quadrature met their infinite tails), the row-weighted mean of the parts' scores."""
+    from skbnngp.metrics import crps
+
+    X, y = _data(n=90)
+    dist = cross_val_predict_dist(ConformalRegressor(StudentTProcessRegressor(max_iter=5)),
+                                  X, y, cv=KFold(3, shuffle=True, random_state=0))
+    assert all(isinstance(p, ConformalPredictiveDistribution) for p in dist.parts)
+    by_part = sum(len(rows) * crps(y[rows], part) for part, rows in zip(dist.parts, dist.rows))
+    assert crps(y, dist) == pytest.approx(by_part / len(y), rel=1e-12)
