@@ -275,6 +275,12 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             groups = check_array(groups, ensure_2d=False, dtype=None, input_name="groups")
             check_consistent_length(X, groups)
         base = self._base()
+        final = base.steps[-1][1] if isinstance(base, Pipeline) else base
+        if not hasattr(final, "predict_dist"):
+            raise TypeError(
+                f"estimator: {type(final).__name__} has no predict_dist(X), whose location "
+                "and scale normalise the conformity scores; wrap a skbnngp regressor (or a "
+                "Pipeline ending in one).")
         key = _weight_key(base)
         w = check_weights(X, sample_weight)
         if w is not None and key is None:

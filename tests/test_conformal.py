@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, ShuffleSplit
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -567,3 +568,15 @@ def test_out_of_fold_conformal_predictives_get_a_crps_part_by_part():
     assert all(isinstance(p, ConformalPredictiveDistribution) for p in dist.parts)
     by_part = sum(len(rows) * crps(y[rows], part) for part, rows in zip(dist.parts, dist.rows))
     assert crps(y, dist) == pytest.approx(by_part / len(y), rel=1e-12)
+
+
+@pytest.mark.parametrize("make", [lambda: Ridge(), lambda: make_pipeline(StandardScaler(),
+                                                                          Ridge())])
+def test_a_model_without_a_predictive_is_refused_before_fitting(make, monkeypatch):
+    """The scores are normalised by the wrapped model's predictive: a model without
+    ``predict_dist`` is refused at ``fit``, naming the parameter and the method, before any
+    model is fitted (it was refused after the fits, by a metric's message)."""
+    monkeypatch.setattr(Ridge, "fit", lambda *a, **k: pytest.fail("fitted"))
+    X, y = _data(n=40)
+    with pytest.raises(TypeError, match="estimator: Ridge has no predict_dist"):
+        ConformalRegressor(make()).fit(X, y)
