@@ -3,10 +3,14 @@
 Adam's arithmetic is elementwise, so a step over one buffer that holds every parameter gives
 the same numbers as a step over the parameters one by one, with one set of kernel launches
 instead of one per tensor: for the small networks trained here the per-tensor overhead, not
-the arithmetic, is what a step costs on the CPU.
+the arithmetic, is what a step costs on the CPU. For the same reason :class:`AdamStep` calls
+torch's functional Adam directly rather than through ``Optimizer.step``.
 """
 
 from __future__ import annotations
+
+import importlib
+import inspect
 
 import torch
 
@@ -68,3 +72,55 @@ def clip_grad_norm_(flats, params, max_norm):
     factor = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for flat in flats:
         flat.buffer.grad.mul_(factor)
+
+
+def _functional_adam():
+    """torch's functional Adam (``torch.optim.adam.adam``, which ``Adam.step`` and
+    ``AdamW.step`` call) when it takes the group options used below, else None."""
+    try:
+        fn = importlib.import_module("torch.optim.adam").adam
+        names = set(inspect.signature(fn).parameters)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    need = {"foreach", "capturable", "differentiable", "fused", "has_complex",
+            "decoupled_weight_decay", "amsgrad", "beta1", "beta2", "lr", "weight_decay",
+            "eps", "maximize"}
+    return fn if need <= names else None
+
+
+class AdamStep:
+    """``optimizer.step()`` for an Adam or AdamW over flat buffers (one tensor per group,
+    no amsgrad, capturable, differentiable, fused or foreach option): the functional update
+    that ``step`` itself calls, on the same state tensors with the group's current options,
+    so the same numbers, without ``step``'s per-call bookkeeping (its profiler hook, grad
+    mode and group gathering: most of an optimiser step of a small network). The first call,
+    which creates the state, and any other optimiser go through ``step``."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.fn = _functional_adam() if type(optimizer) in (torch.optim.Adam,
+                                                            torch.optim.AdamW) else None
+        plain = all(len(g["params"]) == 1 and not any(
+            g.get(k) for k in ("amsgrad", "capturable", "differentiable", "fused", "foreach",
+                               "maximize"))
+            and "decoupled_weight_decay" in g for g in optimizer.param_groups)
+        if not plain:
+            self.fn = None
+
+    def __call__(self):
+        opt = self.optimizer
+        states = [opt.state.get(g["params"][0]) for g in opt.param_groups]
+        if self.fn is None or not all(states) or any(
+                g["params"][0].grad is None for g in opt.param_groups):
+            opt.step()
+            return
+        with torch.no_grad():
+            for g, st in zip(opt.param_groups, states):
+                p = g["params"][0]
+                beta1, beta2 = g["betas"]
+                self.fn([p], [p.grad], [st["exp_avg"]], [st["exp_avg_sq"]], [],
+                        [st["step"]], foreach=False, capturable=False, differentiable=False,
+                        fused=False, has_complex=False,
+                        decoupled_weight_decay=g["decoupled_weight_decay"], amsgrad=False,
+                        beta1=beta1, beta2=beta2, lr=g["lr"],
+                        weight_decay=g["weight_decay"], eps=g["eps"], maximize=False)

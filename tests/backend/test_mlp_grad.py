@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from skbnngp._backend import NetworkTrainer, build_mlp
-from skbnngp._backend._flat import FlatParameters, clip_grad_norm_
+from skbnngp._backend._flat import AdamStep, FlatParameters, clip_grad_norm_
 from skbnngp._backend._mlp_grad import MLPSquaredError
 from skbnngp._backend._projection import mse_objective
 
@@ -165,3 +165,31 @@ def test_flat_parameters_clip_matches_torch():
     assert all(float(p.detach().abs().max()) == 0.0 for p in ps[:2])
     assert float(ps[2].detach().abs().max()) > 0
     assert not FlatParameters.supports([ps[0], ps[1].float()])
+
+
+@pytest.mark.parametrize("Optimizer", [torch.optim.Adam, torch.optim.AdamW])
+def test_the_flat_adam_step_is_optimizer_step(Optimizer):
+    """``AdamStep`` (torch's functional Adam on the optimiser's own state) moves two flat
+    groups exactly as ``optimizer.step()``: 30 steps with weight decay and a learning rate
+    changed between steps, equal bit for bit; its functional path runs on this torch."""
+    g = torch.Generator().manual_seed(0)
+    start = [torch.randn(n, generator=g, dtype=torch.float64) for n in (7, 3)]
+    grads = [[torch.randn(n, generator=g, dtype=torch.float64) for n in (7, 3)]
+             for _ in range(30)]
+    out = []
+    for functional in (True, False):
+        ps = [torch.nn.Parameter(x.clone()) for x in start]
+        opt = Optimizer([{"params": [ps[0]], "weight_decay": 0.01},
+                         {"params": [ps[1]], "weight_decay": 0.0}], lr=0.05, foreach=False)
+        step = AdamStep(opt) if functional else opt.step
+        if functional:
+            assert step.fn is not None
+        for t, gs in enumerate(grads):
+            for p, gr in zip(ps, gs):
+                p.grad = gr.clone()
+            for group in opt.param_groups:
+                group["lr"] = 0.05 * 0.5 ** (t // 10)
+            step()
+        out.append([p.detach().clone() for p in ps])
+    for a, b in zip(*out):
+        assert torch.equal(a, b)
