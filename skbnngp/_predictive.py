@@ -14,6 +14,7 @@ import numbers
 import warnings
 
 import numpy as np
+import torch
 from scipy import stats
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
@@ -41,8 +42,12 @@ def clip_variances(estimator, V, full_cov):
     diag = np.diagonal(V) if full_cov else V
     scale = max(1.0, float(np.abs(diag).max(initial=0.0)))
     if np.any(diag < -1e-8 * scale):
+        # in single precision the cancellation in k** - k*' K^-1 k* is the usual cause
+        hint = ("; single precision cannot resolve them here: fit with dtype='float64'"
+                if getattr(estimator, "_dtype", None) == torch.float32 else "")
         warnings.warn(f"{type(estimator).__name__}: predicted variances down to "
-                      f"{diag.min():.3g} were clipped to 0.", NumericalWarning, stacklevel=4)
+                      f"{diag.min():.3g} were clipped to 0{hint}.", NumericalWarning,
+                      stacklevel=4)
     if full_cov:
         V = V.copy()
         np.fill_diagonal(V, np.maximum(diag, 0.0))

@@ -51,3 +51,31 @@ def test_float32_and_float64_fits_agree_within_the_stated_tolerance(name, Est):
     assert gap <= TOLERANCE[name]
     if name in SHORT_TRAINING:
         assert gap <= SHORT_TRAINING[name]
+
+
+@pytest.mark.parametrize("dtype, hint", [("float32", True), ("float64", False)])
+def test_precision_warnings_point_a_single_precision_fit_to_float64(dtype, hint):
+    """A float32 fit whose kernel needs jitter, or whose predicted variances come out
+    negative (the cancellation in ``k** - k*' K^-1 k*``: on 200 rows of a 1e3-offset target
+    a float32 Student-t process predicted a std of exactly 0 at 17 of 300 points, where the
+    float64 fit's smallest is 0.98), says so and names ``dtype='float64'``; a float64 one
+    does not."""
+    import torch
+
+    from skbnngp._backend import stable_cholesky
+    from skbnngp._predictive import clip_variances
+    from skbnngp.exceptions import NumericalWarning
+
+    t = getattr(torch, dtype)
+    singular = torch.ones(3, 3, dtype=t)
+    with pytest.warns(NumericalWarning, match="jitter") as rec:
+        stable_cholesky(singular, context="K")
+    assert ("dtype='float64'" in str(rec[0].message)) == hint
+
+    class Fitted:
+        _dtype = t
+
+    with pytest.warns(NumericalWarning, match="clipped to 0") as rec:
+        out = clip_variances(Fitted(), np.array([1.0, -0.01]), False)
+    assert ("dtype='float64'" in str(rec[0].message)) == hint
+    np.testing.assert_array_equal(out, [1.0, 0.0])

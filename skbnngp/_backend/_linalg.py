@@ -66,11 +66,13 @@ def stable_cholesky(A: torch.Tensor, *, context: str = "kernel matrix", warn: bo
         if int(info) == 0:
             jitter = rel * scale
             if rel > 0 and warn:
+                single = (" or single precision (fit with dtype='float64')"
+                          if A.dtype == torch.float32 else "")
                 warnings.warn(
                     f"{context} was not numerically positive definite; added jitter "
                     f"{jitter:.3g} ({rel:.0e} x mean diagonal) to its diagonal. Duplicated rows "
-                    "or a tiny noise level cause this; increase the noise/alpha parameter to "
-                    "avoid it.",
+                    f"or a tiny noise level{single} cause this; increase the noise/alpha "
+                    "parameter to avoid it.",
                     NumericalWarning,
                     stacklevel=3,
                 )
