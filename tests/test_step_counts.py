@@ -6,7 +6,8 @@ Each estimator's default fit (``device="cpu"``, ``random_state=0``) on one fixed
 * ``objective``: objective evaluations of the hyperparameter optimiser
   (``_backend.minimize``'s ``n_fev``, L-BFGS line searches included);
 * ``train_steps``: optimiser steps of network training (torch optimiser steps outside
-  ``minimize``): mini-batches times epochs;
+  ``minimize``, and the flat buffers' :class:`~skbnngp._backend._flat.AdamStep` calls):
+  mini-batches times epochs;
 * ``evidence``: objective evaluations of SciPy's ``minimize`` (the Bayesian last layer's
   evidence maximisation).
 
@@ -24,6 +25,7 @@ import scipy.optimize
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from skbnngp import _base
+from skbnngp._backend._flat import AdamStep
 from skbnngp.utils import all_estimators
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -77,10 +79,23 @@ def counts(monkeypatch):
         count["evidence"] += res.nfev
         return res
 
-    def step_hook(optimizer, args, kwargs):
+    flat = []  # non-empty inside AdamStep (its first call goes through optimizer.step)
+    real_adam_step = AdamStep.__call__
+
+    def adam_step(self):  # the flat buffers' steps call torch's functional Adam, no hooks
+        flat.append(True)
+        try:
+            real_adam_step(self)
+        finally:
+            flat.pop()
         if not inside:
             count["train_steps"] += 1
 
+    def step_hook(optimizer, args, kwargs):
+        if not inside and not flat:
+            count["train_steps"] += 1
+
+    monkeypatch.setattr(AdamStep, "__call__", adam_step)
     monkeypatch.setattr(_base, "minimize", minimize)
     monkeypatch.setattr(scipy.optimize, "minimize", scipy_minimize)
     handle = register_optimizer_step_post_hook(step_hook)

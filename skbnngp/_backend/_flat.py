@@ -93,8 +93,9 @@ class AdamStep:
     no amsgrad, capturable, differentiable, fused or foreach option): the functional update
     that ``step`` itself calls, on the same state tensors with the group's current options,
     so the same numbers, without ``step``'s per-call bookkeeping (its profiler hook, grad
-    mode and group gathering: most of an optimiser step of a small network). The first call,
-    which creates the state, and any other optimiser go through ``step``."""
+    mode and group gathering: most of an optimiser step of a small network); torch's
+    optimiser hooks therefore do not see these steps. The first call, which creates the
+    state, and any other optimiser go through ``step``."""
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
