@@ -1,20 +1,29 @@
-"""ConformalRegressor: a finite-sample coverage guarantee around any package regressor.
+"""ConformalRegressor: a finite-sample coverage guarantee around any regressor.
 
 The conformity score of a held-out row is its normalised residual ``(y - m(x)) / s(x)``,
 where ``m`` is the median of the wrapped regressor's predictive and ``s`` half the width of
 its central 50 % interval (finite for every predictive, a Student-t without a variance
-included). The conformalized predictive at ``x`` is the empirical distribution of
-``m(x) +- s(x) * |score_i|`` over the calibration rows (symmetric, the default) or of
-``m(x) + s(x) * score_i`` (:class:`~skbnngp.distributions.ConformalPredictiveDistribution`).
+included); for a model with only ``predict(X, return_std=True)`` the Gaussian's at that
+std, and for a point predictor ``s = 1`` (absolute residuals). The conformalized
+predictive at ``x`` is the empirical distribution of ``m(x) +- s(x) * |score_i|`` over the
+calibration rows (symmetric, the default) or of ``m(x) + s(x) * score_i``
+(:class:`~skbnngp.distributions.ConformalPredictiveDistribution`).
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, MetaEstimatorMixin, RegressorMixin, clone
+from sklearn.base import (
+    BaseEstimator,
+    MetaEstimatorMixin,
+    RegressorMixin,
+    clone,
+    is_classifier,
+)
 from sklearn.model_selection import GroupShuffleSplit, check_cv, train_test_split
 from sklearn.pipeline import Pipeline
 from sklearn.utils import _safe_indexing, check_array, get_tags
@@ -54,16 +63,52 @@ def _check_2d(X):
         check_array(X, dtype=None, ensure_all_finite=False)
 
 
+#: Half the interquartile range of the unit Gaussian: the scale of a model that gives a
+#: standard deviation (``predict(X, return_std=True)``) in the units of the others.
+_GAUSSIAN_HALF_IQR = 0.6744897501960817
+
+
+def _final(estimator):
+    return estimator.steps[-1][1] if isinstance(estimator, Pipeline) else estimator
+
+
+def score_kind(estimator):
+    """How :func:`predictive_location_scale` reads ``estimator`` (a Pipeline: its final
+    step): ``"predictive"`` (it has ``predict_dist``), ``"std"`` (its ``predict`` takes
+    ``return_std``, as scikit-learn's GP and Bayesian linear models) or ``"absolute"``
+    (a point prediction only: unnormalised residuals)."""
+    final = _final(estimator)
+    if hasattr(final, "predict_dist"):
+        return "predictive"
+    try:
+        takes_std = "return_std" in inspect.signature(final.predict).parameters
+    except (AttributeError, TypeError, ValueError):
+        takes_std = False
+    return "std" if takes_std else "absolute"
+
+
 def predictive_location_scale(estimator, X):
-    """``(m, s)`` at ``X``: the median of ``estimator``'s predictive and half the width of
-    its central 50 % interval (floored at the smallest positive float), each of shape
-    (n_samples,) or (n_samples, n_targets). ``estimator`` may be a Pipeline."""
+    """``(m, s)`` at ``X``, each of shape (n_samples,) or (n_samples, n_targets): the
+    median of ``estimator``'s predictive and half the width of its central 50 % interval
+    (floored at the smallest positive float); for a model with only a standard deviation,
+    its mean and the Gaussian's half interquartile range at that std; for a point
+    predictor, its prediction and 1. ``estimator`` may be a Pipeline."""
     from .metrics import predictive_response
 
-    dist = predictive_response(estimator, X)
-    lo, hi = dist.interval(0.5)
-    loc = np.asarray(dist.median(), dtype=np.float64)
-    scale = 0.5 * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))
+    kind = score_kind(estimator)
+    if kind == "absolute":
+        loc = np.asarray(estimator.predict(X), dtype=np.float64)
+        return loc, np.ones_like(loc)
+    if kind == "std":
+        loc, std = estimator.predict(X, return_std=True)
+        loc = np.asarray(loc, dtype=np.float64)
+        scale = _GAUSSIAN_HALF_IQR * np.broadcast_to(np.asarray(std, dtype=np.float64),
+                                                     loc.shape)
+    else:
+        dist = predictive_response(estimator, X)
+        lo, hi = dist.interval(0.5)
+        loc = np.asarray(dist.median(), dtype=np.float64)
+        scale = 0.5 * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))
     scale = np.where(np.isfinite(scale), scale, 0.0)  # a point mass: scipy's NaN
     return loc, np.maximum(scale, np.finfo(np.float64).tiny)
 
@@ -99,11 +144,14 @@ def _fit_and_score(base, X, y, train, test, fit_params):
 class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
     """Conformal predictive distributions around a regressor's own predictive.
 
-    Wraps any regressor with a ``predict_dist`` (every skbnngp regressor, or a Pipeline
-    ending in one) and turns its predictive into a conformal predictive system: the
-    central intervals of :meth:`predict_interval` cover a new target with probability at
-    least the nominal level in finite samples, whatever the model's calibration (for
-    ``method="split"``; see Notes for ``"cv+"``).
+    Wraps a regressor (or a Pipeline ending in one) and turns its predictive into a
+    conformal predictive system: the central intervals of :meth:`predict_interval` cover a
+    new target with probability at least the nominal level in finite samples, whatever the
+    model's calibration (for ``method="split"``; see Notes for ``"cv+"``). The scores are
+    normalised by the model's own predictive (``predict_dist``: every skbnngp regressor),
+    or by its standard deviation (``predict(X, return_std=True)``: scikit-learn's
+    ``GaussianProcessRegressor``, ``BayesianRidge``), so that the intervals follow its
+    uncertainty; a point predictor gets intervals of one width (absolute residuals).
 
     Read more in the :ref:`User Guide <intervals>`.
 
@@ -167,7 +215,9 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
     -----
     The predictive ``F`` of the wrapped model gives the location ``m(x)`` (its median) and
     scale ``s(x)`` (half its interquartile range), and each calibration row its score
-    ``r_i = (y_i - m(x_i)) / s(x_i)``.
+    ``r_i = (y_i - m(x_i)) / s(x_i)``. A model with only a standard deviation ``sd(x)`` gives
+    its mean and ``s(x) = 0.674 sd(x)`` (a Gaussian's half interquartile range), a point
+    predictor its prediction and ``s(x) = 1``.
 
     With ``symmetric=True`` the predictive at ``x`` puts mass ``1 / (2 (n + 1))`` on each of
     ``m(x) - s(x) |r_i|`` and ``m(x) + s(x) |r_i|``; its central interval at level ``c`` is
@@ -275,12 +325,10 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             groups = check_array(groups, ensure_2d=False, dtype=None, input_name="groups")
             check_consistent_length(X, groups)
         base = self._base()
-        final = base.steps[-1][1] if isinstance(base, Pipeline) else base
-        if not hasattr(final, "predict_dist"):
-            raise TypeError(
-                f"estimator: {type(final).__name__} has no predict_dist(X), whose location "
-                "and scale normalise the conformity scores; wrap a skbnngp regressor (or a "
-                "Pipeline ending in one).")
+        final = _final(base)
+        if is_classifier(final) or not hasattr(final, "predict"):
+            raise TypeError(f"estimator: {type(final).__name__} is not a regressor; "
+                            "ConformalRegressor wraps a regressor (or a Pipeline ending in one).")
         key = _weight_key(base)
         w = check_weights(X, sample_weight)
         if w is not None and key is None:
@@ -343,8 +391,9 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         return [predictive_location_scale(model, X) for model in self.estimators_]
 
     def predict(self, X):
-        """Median of the conformalized predictive's model: the wrapped model's median
-        (``"split"``), or the mean of the fold models' medians (``"cv+"``).
+        """Median of the conformalized predictive's model: the wrapped model's median (its
+        mean or prediction when it has no ``predict_dist``; ``"split"``), or the mean of the
+        fold models' (``"cv+"``).
 
         Parameters
         ----------

@@ -6,6 +6,7 @@ attribute is expected to pass every check.
 """
 
 import pytest
+from sklearn.linear_model import Ridge
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skbnngp import ConformalRegressor, StudentTProcessRegressor
@@ -25,6 +26,8 @@ def _instances():
     fast = StudentTProcessRegressor(**FAST["StudentTProcessRegressor"])
     yield ConformalRegressor(fast, random_state=0)
     yield ConformalRegressor(fast, method="cv+", cv=3)
+    # around a point predictor: absolute residuals
+    yield ConformalRegressor(Ridge(), method="cv+", cv=3)
 
 
 def _expected_failed_checks(estimator):

@@ -347,9 +347,6 @@ def test_conformal_refuses_folds_that_do_not_partition_the_rows():
     with pytest.raises(ValueError, match="cv"):
         ConformalRegressor(OverconfidentLine(), method="cv+",
                            cv=ShuffleSplit(3, random_state=0)).fit(X, y)
-    with pytest.raises(TypeError, match="predict_dist"):
-        from sklearn.linear_model import LinearRegression
-        ConformalRegressor(LinearRegression()).fit(X, y)
 
 
 # ============================================================== weights and groups
@@ -570,13 +567,49 @@ def test_out_of_fold_conformal_predictives_get_a_crps_part_by_part():
     assert crps(y, dist) == pytest.approx(by_part / len(y), rel=1e-12)
 
 
-@pytest.mark.parametrize("make", [lambda: Ridge(), lambda: make_pipeline(StandardScaler(),
-                                                                          Ridge())])
-def test_a_model_without_a_predictive_is_refused_before_fitting(make, monkeypatch):
-    """The scores are normalised by the wrapped model's predictive: a model without
-    ``predict_dist`` is refused at ``fit``, naming the parameter and the method, before any
-    model is fitted (it was refused after the fits, by a metric's message)."""
-    monkeypatch.setattr(Ridge, "fit", lambda *a, **k: pytest.fail("fitted"))
+@pytest.mark.parametrize("pipe", [False, True])
+def test_a_point_predictor_gets_split_conformal_intervals_of_absolute_residuals(pipe):
+    """Around a model with only ``predict`` (Ridge) the scores are the absolute residuals
+    and the 90 % interval is ``prediction +- q``, ``q`` the ``ceil(0.9 (n + 1))``-th smallest
+    absolute calibration residual of the same fitted model (Lei et al.'s split interval);
+    a Pipeline ending in one behaves the same."""
+    X, y = _data(n=120)
+    est = make_pipeline(StandardScaler(), Ridge()) if pipe else Ridge()
+    reg = ConformalRegressor(est, random_state=0).fit(X, y)
+    model, cal = reg.estimators_[0], reg.calibration_indices_
+    r = np.sort(np.abs(y[cal] - model.predict(X[cal])))
+    q = r[int(np.ceil(0.9 * (r.size + 1))) - 1]
+    lo, hi = reg.predict_interval(X[:7], confidence=0.9)
+    np.testing.assert_allclose(lo, model.predict(X[:7]) - q, rtol=1e-12)
+    np.testing.assert_allclose(hi, model.predict(X[:7]) + q, rtol=1e-12)
+
+
+def test_a_model_with_a_std_gets_intervals_that_follow_it():
+    """Around scikit-learn's GP (``predict(X, return_std=True)``) the scores are normalised
+    by its std: the 90 % interval is ``mean +- q sd(x)`` with ``q`` the conformal quantile
+    of ``|y - mean| / sd`` over the calibration rows (up to the constant 0.674 on both
+    sides, which cancels), so its width follows the GP's std from row to row."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+
+    X, y = _data(n=120)
+    gp = GaussianProcessRegressor(RBF() + WhiteKernel(), normalize_y=True)
+    reg = ConformalRegressor(gp, random_state=0).fit(X, y)
+    model, cal = reg.estimators_[0], reg.calibration_indices_
+    m, sd = model.predict(X[cal], return_std=True)
+    r = np.sort(np.abs(y[cal] - m) / sd)
+    q = r[int(np.ceil(0.9 * (r.size + 1))) - 1]
+    Xq = np.vstack([X[:5], 3 * X[:2]])  # two far rows: a larger std
+    mq, sq = model.predict(Xq, return_std=True)
+    lo, hi = reg.predict_interval(Xq, confidence=0.9)
+    np.testing.assert_allclose(hi - lo, 2 * q * sq, rtol=1e-9)
+    np.testing.assert_allclose(0.5 * (lo + hi), mq, rtol=1e-9, atol=1e-12)
+
+
+def test_a_classifier_is_refused_before_fitting(monkeypatch):
+    from sklearn.linear_model import LogisticRegression
+
+    monkeypatch.setattr(LogisticRegression, "fit", lambda *a, **k: pytest.fail("fitted"))
     X, y = _data(n=40)
-    with pytest.raises(TypeError, match="estimator: Ridge has no predict_dist"):
-        ConformalRegressor(make()).fit(X, y)
+    with pytest.raises(TypeError, match="estimator: LogisticRegression is not a regressor"):
+        ConformalRegressor(LogisticRegression()).fit(X, (y > 0).astype(int))
