@@ -68,17 +68,13 @@ def _check_2d(X):
 _GAUSSIAN_HALF_IQR = 0.6744897501960817
 
 
-def _final(estimator):
-    return estimator.steps[-1][1] if isinstance(estimator, Pipeline) else estimator
-
-
-def score_kind(estimator):
-    """How :func:`predictive_location_scale` reads ``estimator`` (a Pipeline: its final
-    step): ``"predictive"`` (it has ``predict_dist``), ``"std"`` (its ``predict`` takes
-    ``return_std``, as scikit-learn's GP and Bayesian linear models) or ``"absolute"``
-    (a point prediction only: unnormalised residuals)."""
-    final = _final(estimator)
-    if hasattr(final, "predict_dist"):
+def score_kind(final):
+    """How :func:`predictive_location_scale` reads a fitted model's final estimator (a
+    Pipeline's last step, a search's best estimator): ``"predictive"`` (it has
+    ``predict_dist``), ``"std"`` (its ``predict`` takes ``return_std``, as scikit-learn's GP
+    and Bayesian linear models) or ``"absolute"`` (a point prediction only: unnormalised
+    residuals)."""
+    if callable(getattr(final, "predict_dist", None)):
         return "predictive"
     try:
         takes_std = "return_std" in inspect.signature(final.predict).parameters
@@ -93,19 +89,22 @@ def predictive_location_scale(estimator, X):
     (floored at the smallest positive float); for a model with only a standard deviation,
     its mean and the Gaussian's half interquartile range at that std; for a point
     predictor, its prediction and 1. ``estimator`` may be a Pipeline."""
-    from .metrics import predictive_response
+    from .metrics import _final_step
 
-    kind = score_kind(estimator)
+    # the final estimator as the metrics resolve it (nested Pipelines, a fitted search's
+    # best estimator), with the transforms before it
+    final, transform = _final_step(estimator)
+    kind, Xt = score_kind(final), transform(X)
     if kind == "absolute":
-        loc = np.asarray(estimator.predict(X), dtype=np.float64)
+        loc = np.asarray(final.predict(Xt), dtype=np.float64)
         return loc, np.ones_like(loc)
     if kind == "std":
-        loc, std = estimator.predict(X, return_std=True)
+        loc, std = final.predict(Xt, return_std=True)
         loc = np.asarray(loc, dtype=np.float64)
         scale = _GAUSSIAN_HALF_IQR * np.broadcast_to(np.asarray(std, dtype=np.float64),
                                                      loc.shape)
     else:
-        dist = predictive_response(estimator, X)
+        dist = final.predict_dist(Xt)
         lo, hi = dist.interval(0.5)
         loc = np.asarray(dist.median(), dtype=np.float64)
         scale = 0.5 * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))
@@ -325,9 +324,8 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             groups = check_array(groups, ensure_2d=False, dtype=None, input_name="groups")
             check_consistent_length(X, groups)
         base = self._base()
-        final = _final(base)
-        if is_classifier(final) or not hasattr(final, "predict"):
-            raise TypeError(f"estimator: {type(final).__name__} is not a regressor; "
+        if is_classifier(base) or not hasattr(base, "predict"):  # a Pipeline: its last step's
+            raise TypeError(f"estimator: {type(base).__name__} is not a regressor; "
                             "ConformalRegressor wraps a regressor (or a Pipeline ending in one).")
         key = _weight_key(base)
         w = check_weights(X, sample_weight)

@@ -613,3 +613,23 @@ def test_a_classifier_is_refused_before_fitting(monkeypatch):
     X, y = _data(n=40)
     with pytest.raises(TypeError, match="estimator: LogisticRegression is not a regressor"):
         ConformalRegressor(LogisticRegression()).fit(X, (y > 0).astype(int))
+
+
+def test_a_search_or_a_nested_pipeline_keeps_the_models_own_scale():
+    """The wrapped model's final estimator is found as the metrics find it: a fitted
+    search's best estimator, the last step of a nested Pipeline. Their intervals equal the
+    plain model's, not the one-width intervals of a point predictor (what they got when
+    only a top-level Pipeline was looked into)."""
+    X, y = _data(n=120)
+    search = GridSearchCV(OverconfidentLine(), {"shrink": [0.05, 0.06]}, cv=2)
+    a = ConformalRegressor(search, random_state=0).fit(X, y)
+    best = a.estimators_[0].best_params_["shrink"]
+    plain = ConformalRegressor(OverconfidentLine(shrink=best), random_state=0).fit(X, y)
+    nested = ConformalRegressor(make_pipeline(make_pipeline(OverconfidentLine(shrink=best))),
+                                random_state=0).fit(X, y)
+    want = plain.predict_interval(X[:6], confidence=0.9)
+    for reg in (a, nested):
+        np.testing.assert_allclose(reg.predict_interval(X[:6], confidence=0.9), want,
+                                   rtol=1e-12)
+    width = want[1] - want[0]
+    assert width.max() > 2 * width.min()  # the model's scale varies from row to row
