@@ -398,7 +398,7 @@ def test_zero_scale_is_a_point_mass_in_every_metric(make):
     assert nlpd(y[[0, 2]], make(loc[[0, 2]])) == -np.inf  # every entry on its atom
     # zero weights leave the ruled-out entries out
     assert nlpd(y, dist, sample_weight=[1, 0, 1, 0]) == -np.inf
-    nominal, observed = calibration_curve_regression(y, dist, n_levels=4)
+    _, observed = calibration_curve_regression(y, dist, n_levels=4)
     np.testing.assert_array_equal(observed, [0.5] * 4)
     _, below = calibration_curve_regression(y, dist, n_levels=4, kind="quantile")
     np.testing.assert_array_equal(below, [0.75] * 4)  # y <= mu for all but 1.5 > 1.0
