@@ -45,6 +45,19 @@ def _merge(parts, rows, n):
     return getattr(stats, family)(**params)
 
 
+def _unfitted_final(estimator):
+    """The estimator whose ``predict_dist`` a fitted ``estimator`` would answer with: a
+    Pipeline's last step, a search's ``estimator``, else ``estimator`` itself."""
+    from sklearn.model_selection._search import BaseSearchCV
+    from sklearn.pipeline import Pipeline
+
+    if isinstance(estimator, Pipeline):
+        return _unfitted_final(estimator.steps[-1][1])
+    if isinstance(estimator, BaseSearchCV) and not hasattr(estimator, "predict_dist"):
+        return _unfitted_final(estimator.estimator)
+    return estimator
+
+
 def _fold_predictive(estimator, X, y, train, test, params):
     """The predictive at the ``test`` rows of ``estimator`` fitted on the ``train`` rows."""
     from .metrics import predictive_response
@@ -112,6 +125,12 @@ def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, n_jobs=None, p
     if is_classifier(estimator):
         raise TypeError(f"estimator must be a regressor with predict_dist, got the classifier "
                         f"{type(estimator).__name__}.")
+    final = _unfitted_final(estimator)
+    if not callable(getattr(final, "predict_dist", None)):
+        inner = "" if final is estimator else f" (the final step of {type(estimator).__name__})"
+        raise TypeError(f"estimator must give a predictive distribution: {type(final).__name__}"
+                        f"{inner} has no predict_dist(X). skbnngp.ConformalRegressor("
+                        f"{type(final).__name__}(...)) gives one to any regressor.")
     y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
     check_consistent_length(X, y)
     n = _num_samples(X)

@@ -495,6 +495,33 @@ def test_cross_val_predict_dist_takes_groups_and_fit_params():
     assert not np.allclose(unweighted.mean(), dist.mean())
 
 
+class CountingRidge(Ridge):
+    """Ridge that counts its fits, to tell a refusal before any fold from one after."""
+
+    fits = 0
+
+    def fit(self, X, y, sample_weight=None):
+        CountingRidge.fits += 1
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+@pytest.mark.parametrize("wrap", ["plain", "pipeline", "search"])
+def test_cross_val_predict_dist_refuses_a_point_predictor_before_fitting(wrap):
+    """A regressor with no predictive (here a Ridge, bare, as a Pipeline's last step, or in a
+    search) is refused by name before any fold is fitted, pointing at ConformalRegressor;
+    around it, the same regressor gets out-of-fold conformal predictives."""
+    X, y = _data(n=60)
+    est = {"plain": CountingRidge(), "pipeline": make_pipeline(StandardScaler(), CountingRidge()),
+           "search": GridSearchCV(CountingRidge(), {"alpha": [0.1, 1.0]}, cv=2)}[wrap]
+    CountingRidge.fits = 0
+    with pytest.raises(TypeError, match=r"CountingRidge.* has no predict_dist.*ConformalRegressor"):
+        cross_val_predict_dist(est, X, y, cv=3)
+    assert CountingRidge.fits == 0
+    dist = cross_val_predict_dist(ConformalRegressor(Ridge()), X, y, cv=3)
+    assert np.isfinite(dist.interval(0.9)).all()
+    assert dist.mean().shape == (60,)
+
+
 def test_cross_val_predict_dist_in_parallel_is_the_serial_one():
     """Folds fitted by two joblib workers: the same predictives as one at a time, within
     1e-8 relative (another process may run the fits on another thread count, which moves
