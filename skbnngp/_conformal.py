@@ -388,10 +388,36 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         validate_data(self, X, reset=False, skip_check_array=True)
         return [predictive_location_scale(model, X) for model in self.estimators_]
 
-    def predict(self, X):
+    def predict(self, X, return_std=False):
         """Median of the conformalized predictive's model: the wrapped model's median (its
         mean or prediction when it has no ``predict_dist``; ``"split"``), or the mean of the
-        fold models' (``"cv+"``).
+        fold models' (``"cv+"``); optionally the conformal predictive's standard deviation.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return :meth:`predict_std`, as scikit-learn's ``BayesianRidge`` does. There
+            is no ``return_cov``: a conformal predictive is a distribution per row, with no
+            joint covariance between rows.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        y_std : ndarray of shape (n_samples,) or (n_samples, n_targets), optional
+        """
+        parts = self._location_scales(X)
+        y_pred = np.mean([loc for loc, _ in parts], axis=0)
+        if not return_std:
+            return y_pred
+        return y_pred, self._dist(parts).std()
+
+    def predict_std(self, X):
+        """Standard deviation of the conformal predictive's candidate values at ``X``.
+
+        The conformal predictive also puts mass ``1 / (2 (n + 1))`` at each of -inf and +inf
+        (the levels its ``n`` calibration scores cannot bound); the std leaves that mass out,
+        so it is finite: the spread of the candidate values, each with its own weight.
 
         Parameters
         ----------
@@ -399,9 +425,9 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
 
         Returns
         -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        std : ndarray of shape (n_samples,) or (n_samples, n_targets)
         """
-        return np.mean([loc for loc, _ in self._location_scales(X)], axis=0)
+        return self._dist(self._location_scales(X)).std()
 
     def predict_dist(self, X):
         """Conformal predictive distribution of y at ``X``.
@@ -418,7 +444,10 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
             n_calibration per target, or twice); it has ``cdf``, ``ppf``, ``interval``,
             ``median``, ``mean``, ``std`` and ``rvs``.
         """
-        parts = self._location_scales(X)
+        return self._dist(self._location_scales(X))
+
+    def _dist(self, parts):
+        """The conformal predictive from each fitted model's ``(location, scale)``."""
         scores = np.moveaxis(self.conformity_scores_, 0, -1)  # (n,) or (n_targets, n)
         n = scores.shape[-1]
         # each score with the location and scale of the model that did not see its row

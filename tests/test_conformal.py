@@ -162,6 +162,30 @@ def test_symmetric_split_interval_is_the_median_plus_minus_the_scaled_score_quan
     assert not np.allclose(signed.predict_interval(X[:6], 0.9), (lo[:, 1], hi[:, 1]))
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_conformal_std_is_the_scaled_rms_of_the_scores(symmetric):
+    """Closed form of the split predictive's std (its infinite tails' mass left out): the
+    candidate values m(x) + s(x) r_i (or m(x) +- s(x) |r_i|), equally weighted, have the
+    std s(x) times the scores' std (about 0 when symmetric: their root mean square).
+    ``predict(X, return_std=True)``, ``predict_std`` and ``predict_dist(X).std()`` agree."""
+    from skbnngp._conformal import predictive_location_scale
+
+    X, y = _heteroscedastic(np.random.default_rng(5), 120)
+    reg = ConformalRegressor(OverconfidentLine(), calibration_size=40, symmetric=symmetric,
+                             random_state=0).fit(X, y)
+    m, s = predictive_location_scale(reg.estimators_[0], X[:6])
+    r = reg.conformity_scores_
+    spread = np.sqrt(np.mean(r**2)) if symmetric else np.std(r)
+    mean, std = reg.predict(X[:6], return_std=True)
+    np.testing.assert_allclose(mean, m, rtol=1e-12)
+    np.testing.assert_allclose(std, s * spread, rtol=1e-10)
+    np.testing.assert_allclose(reg.predict_std(X[:6]), std, rtol=1e-12)
+    np.testing.assert_allclose(reg.predict_dist(X[:6]).std(), std, rtol=1e-12)
+    assert np.all(np.isfinite(std)) and np.ptp(std) > 0  # follows the model's own scale
+    with pytest.raises(TypeError, match="return_cov"):
+        reg.predict(X[:6], return_cov=True)
+
+
 @pytest.mark.parametrize("per_row", [1, 2])
 def test_rows_needed_is_where_the_central_interval_becomes_finite(per_row):
     for n in range(1, 60):
