@@ -91,6 +91,14 @@ DBK_MAX_TEST_DF = 2.0
 #: reads these residuals, of features learned on the same rows, as narrower than fresh
 #: ones and under-covers out-of-fold rows (benchmarks/results/intervals_levels.md).
 T_SHAPE = "likelihood"
+#: ``partial_fit`` calibrates on the residuals of the latest calls' new rows, each scored by
+#: the model before it trained on them: the newest calls holding at least this many rows.
+#: Older residuals come from models further from the current one, and more of them
+#: under-covered in the streaming measurements of doc/whats_new.rst.
+STREAM_CALIBRATION_ROWS = 100
+#: Fewer residuals than this leave a streamed model uncalibrated (the calibration's own
+#: floor for narrowing a predictive is 19 rows).
+STREAM_MIN_ROWS = 20
 #: Input-dependent noise (``noise_variance``): the prior standard deviation of the log-noise
 #: over the rows (the head's shrinkage), the folds of the cross-fitted comparison that
 #: ``"auto"`` reads, and its rule: the heteroscedastic model is kept when the mean per-row
@@ -117,6 +125,18 @@ WIDE_COMPONENTS = (10, 5, 20)
 WIDE_RATIO = 1 / 3
 #: Activations per row block in the full passes over the data (8 MiB in float64).
 BLOCK_ELEMENTS = 2**20
+
+
+def _newest(parts, rows):
+    """The newest of ``parts`` (arrays, oldest first) that together hold at least ``rows``
+    rows (all of them when they hold fewer)."""
+    kept, total = [], 0
+    for part in reversed(parts):
+        if total >= rows:
+            break
+        kept.append(part)
+        total += len(part)
+    return kept[::-1]
 
 
 class _NoPartialFit(AttributeError, ValueError):
@@ -206,16 +226,18 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         L2 penalty of Adam on the network weights only (not on the noise or ``q(w)``); a
         light regularisation of the features.
     calibration : {"auto", "student_t", "gaussian"} or None, default="auto"
-        Exact inference only: calibrate the predictive on the rows' closed-form
-        leave-one-out residuals with the features fixed (O(n r^2)). ``"gaussian"``: multiply
-        the variance by the smallest factor ``calibration_factor_ >= 1`` under which the
-        central 95 % interval holds 95 % of the residuals (their split-conformal quantile).
-        ``"student_t"``: fit a unit-scale Student-t to the residuals (``predictive_df_``,
-        ``inf`` when nothing heavier fits better) and take the factor at its quantile; the
-        residuals' own scale may narrow it only when the t fitted with it has at most
-        ``DBK_MAX_TEST_DF = 2`` degrees of freedom; ``predict_dist`` is then a
-        ``scipy.stats.t``. ``"auto"`` runs ``"student_t"``, the best calibrated in our
-        benchmarks; ``None`` and svi keep the model's own Gaussian. The mean is unchanged.
+        Exact inference: calibrate the predictive on the rows' closed-form leave-one-out
+        residuals with the features fixed (O(n r^2)). :meth:`partial_fit`: on the residuals
+        of the newest rows, each scored before the model trained on it (``fit`` with svi
+        does not calibrate). ``"gaussian"``: multiply the variance by the smallest factor
+        ``calibration_factor_ >= 1`` under which the central 95 % interval holds 95 % of the
+        residuals (their split-conformal quantile). ``"student_t"``: fit a unit-scale
+        Student-t to the residuals (``predictive_df_``, ``inf`` when nothing heavier fits
+        better) and take the factor at its quantile; the leave-one-out residuals' own scale
+        may narrow it only when the t fitted with it has at most ``DBK_MAX_TEST_DF = 2``
+        degrees of freedom; ``predict_dist`` is then a ``scipy.stats.t``. ``"auto"`` runs
+        ``"student_t"``, the best calibrated in our benchmarks; ``None`` and ``fit`` with
+        svi keep the model's own Gaussian. The mean is unchanged.
     noise_variance : {"auto", "homoscedastic", "heteroscedastic"}, default="auto"
         The noise model (exact inference). ``"homoscedastic"``: one noise variance for
         every input. ``"heteroscedastic"``: once the network is trained, a log-linear noise
@@ -459,7 +481,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         """The settings that shape training, as a later ``partial_fit`` must find them."""
         return {"inference": self.inference, "learning_rate_init": float(self.learning_rate_init),
                 "weight_decay": float(self.weight_decay), "batch_size": int(self.batch_size),
-                "variance_correction": self._correction()}
+                "variance_correction": self._correction(),
+                "calibration": {"auto": "student_t"}.get(self.calibration, self.calibration)}
 
     def _make_network(self, n_features, seed, device, dtype, projection=None):
         if self.network is None:
@@ -768,7 +791,12 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         normalisation and initialises the network; later calls continue the fitted model in
         its fitted configuration, with Adam's state kept within the session (it restarts
         after unpickling). A changed ``learning_rate_init``, ``weight_decay``,
-        ``batch_size``, ``variance_correction`` or ``inference`` is refused (call ``fit``).
+        ``batch_size``, ``variance_correction``, ``calibration`` or ``inference`` is refused
+        (call ``fit``). Each later call first scores its new rows with the model as it stands
+        (rows it has not trained on, in the stream's order) and then calibrates the
+        predictive as ``calibration`` says on the newest such residuals, at least
+        ``STREAM_CALIBRATION_ROWS = 100`` of them (none before ``STREAM_MIN_ROWS = 20``): a
+        stream's network is still moving, and its own Gaussian under-covers.
         The ELBO's ``n`` is the number of rows seen so far, and ``M`` of the correction the
         largest prior variance of any row seen, measured at the end of the call that saw
         it. An interruption leaves the model as it was. Works with
@@ -793,8 +821,9 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
             raise ValueError(f"{name}.partial_fit: the model was fitted with inference="
                              f"{cfg['inference']!r}; partial_fit continues only a model fitted "
                              "with inference='svi'. Call fit.")
-        for key in ("learning_rate_init", "weight_decay", "batch_size", "variance_correction"):
-            if now[key] != cfg[key]:
+        for key in ("learning_rate_init", "weight_decay", "batch_size", "variance_correction",
+                    "calibration"):
+            if now[key] != cfg.get(key, now[key]):
                 raise ValueError(
                     f"{name}.partial_fit: {key} was changed since the model was fitted "
                     f"({cfg[key]!r} -> {now[key]!r}); partial_fit continues the fitted "
@@ -830,6 +859,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
             self.log_marginal_likelihood_value_, self.elbo_, self.prior_scale_ = None, None, 1.0
             self.calibration_, self.calibration_factor_, self.predictive_df_ = None, 1.0, math.inf
             self.noise_model_, self.noise_gain_ = "homoscedastic", None
+            self._stream_residuals = []
         else:
             Yc = y.reshape(-1, 1) if y.ndim == 1 else y
             if Yc.shape[1] != self.weight_mean_.shape[1] or (y.ndim == 1) != self._y_1d:
@@ -855,6 +885,15 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         feat = self._feature_fn(net, scale)
         Xs = as_tensor(self._scale_X(X), device, dtype)
         data = {"X": Xs, "Y": as_tensor(Y, device, dtype), "n": n_prev + X.shape[0]}
+        method = cfg.get("calibration")
+        residuals = []
+        if not first:  # the new rows, scored before the model trains on them
+            cache = self._get_cache()
+            mean, var = dbk.predictive(cache["feat"], Xs, cache["post"], cache["s2"],
+                                       cache["M"], correction, chunk)
+            residuals = [to_numpy((data["Y"] - mean) / var.sqrt().unsqueeze(1))]
+            residuals = _newest(getattr(self, "_stream_residuals", []) + residuals,
+                                STREAM_CALIBRATION_ROWS)
         if correction:
             data["kappa"] = dbk.prior_vars(feat, Xs, chunk)
         trainer = NetworkTrainer(dbk.svi_loss(feat, state, data, correction),
@@ -871,6 +910,12 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         net.eval()
         M = dbk.max_prior_var(feat, Xs, chunk, at_least=M_prev)
         post, s2 = state.posterior()
+        z = np.concatenate(residuals) if residuals else np.empty((0, Y.shape[1]))
+        if method is not None and len(z) >= STREAM_MIN_ROWS:
+            # fresh rows, unlike the leave-one-out residuals of a fit: no DBK_MAX_TEST_DF
+            self._fit_calibration(method, z, t_shape=T_SHAPE)
+            self.calibration_ = method
+        self._stream_residuals = residuals
         self.loss_curve_ = self.loss_curve_ + [loss]
         self.n_iter_ += 1
         self.n_samples_seen_ = data["n"]
