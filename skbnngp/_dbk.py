@@ -226,18 +226,19 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         L2 penalty of Adam on the network weights only (not on the noise or ``q(w)``); a
         light regularisation of the features.
     calibration : {"auto", "student_t", "gaussian"} or None, default="auto"
-        Exact inference: calibrate the predictive on the rows' closed-form leave-one-out
-        residuals with the features fixed (O(n r^2)). :meth:`partial_fit`: on the residuals
-        of the newest rows, each scored before the model trained on it (``fit`` with svi
-        does not calibrate). ``"gaussian"``: multiply the variance by the smallest factor
+        How the predictive is calibrated on residuals of rows the model did not fit: with
+        exact inference, the rows' closed-form leave-one-out residuals with the features
+        fixed (O(n r^2)); with svi, the validation rows' (``early_stopping``; none without
+        it); in :meth:`partial_fit`, the newest rows', each scored before the model trained
+        on it. ``"gaussian"``: multiply the variance by the smallest factor
         ``calibration_factor_ >= 1`` under which the central 95 % interval holds 95 % of the
         residuals (their split-conformal quantile). ``"student_t"``: fit a unit-scale
         Student-t to the residuals (``predictive_df_``, ``inf`` when nothing heavier fits
         better) and take the factor at its quantile; the leave-one-out residuals' own scale
         may narrow it only when the t fitted with it has at most ``DBK_MAX_TEST_DF = 2``
         degrees of freedom; ``predict_dist`` is then a ``scipy.stats.t``. ``"auto"`` runs
-        ``"student_t"``, the best calibrated in our benchmarks; ``None`` and ``fit`` with
-        svi keep the model's own Gaussian. The mean is unchanged.
+        ``"student_t"``, the best calibrated in our benchmarks; ``None`` keeps the model's
+        own Gaussian. The mean is unchanged.
     noise_variance : {"auto", "homoscedastic", "heteroscedastic"}, default="auto"
         The noise model (exact inference). ``"homoscedastic"``: one noise variance for
         every input. ``"heteroscedastic"``: once the network is trained, a log-linear noise
@@ -640,6 +641,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         net.eval()
         self.calibration_, self.calibration_factor_, self.predictive_df_ = None, 1.0, math.inf
         self.noise_model_, self.noise_gain_, head = "homoscedastic", None, None
+        self._stream_residuals = []  # a later partial_fit starts a new stream
         row_noise = None  # the head's noise at the conditioned rows
         with torch.no_grad():
             post, s2 = state.posterior()
@@ -651,6 +653,13 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 self.log_marginal_likelihood_value_ = dbk.evidence(
                     feat, Xtr, Ytr, chunk, wtr)(1.0, float(s2))
                 stream = {"state": state, "opt": trainer.optimizer.state_dict(), "n": len(tr)}
+                method = {"auto": "student_t"}.get(self.calibration, self.calibration)
+                if method is not None and va is not None:  # the held-out rows' residuals
+                    mean, var = dbk.predictive(feat, Xva, post, s2, M, correction, chunk)
+                    self._fit_calibration(
+                        method, to_numpy((Yva - mean) / var.sqrt().unsqueeze(1)),
+                        **({} if wva is None else {"weights": to_numpy(wva)}))
+                    self.calibration_ = method
             else:
                 Xall = Xtr if va is None else torch.cat([Xtr, Xva])
                 Yall = Ytr if va is None else torch.cat([Ytr, Yva])
