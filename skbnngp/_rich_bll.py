@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 import torch
@@ -175,6 +176,9 @@ default="auto"
         time, after a quarter as many epochs at that rate, again; the third plateau (as
         short) stops training and the best network is kept. The posterior then conditions
         on all rows, and the held-out rows calibrate the predictive (``calibration``).
+        Without them the noise comes from the rows the network trained on and nothing
+        calibrates, so ``fit`` warns that the intervals may be far too narrow (unless
+        ``noise_variance`` is a value).
     validation_fraction : float, default=0.2
         Fraction of the rows held out by ``early_stopping``.
     n_iter_no_change : int, default=200
@@ -470,6 +474,15 @@ default="auto"
         # rows the network never trained on (none after the refit on every row)
         held = None if refit else val_rows
         self._fit_posterior(net, Xt, Yt, val_mse, rng, wt, held=held, Y=Y)
+        if self.train_network and val_rows is None \
+                and not isinstance(self.noise_variance, numbers.Real):
+            warnings.warn(
+                f"{type(self).__name__}: early_stopping=False holds no rows out, so the noise "
+                "variance comes from the rows the network was trained on (it can fit them "
+                "closely) and no calibration runs: the intervals may be far too narrow. Keep "
+                "early_stopping=True (its held-out rows set the noise and calibrate), give "
+                "noise_variance a value, or wrap the model in ConformalRegressor.",
+                UserWarning, stacklevel=4)
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         if self.calibration_ is not None:
             self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_, Y,
