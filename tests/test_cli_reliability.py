@@ -255,6 +255,18 @@ def test_a_text_class_with_one_row_is_a_usage_error(tmp_path, no_fit):
     assert status == 2 and "class 'c' has only 1 rows" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("value, task", [("3.0", []), ("3.0", ["--task", "regression"]),
+                                         ("k", [])])
+def test_a_constant_target_is_a_usage_error(tmp_path, no_fit, value, task):
+    """A constant numeric target was read as one integer class ("has a single class"), and
+    with --task regression every model was scored on predicting a constant."""
+    rows = [f"{i * 0.1:.1f},{value}" for i in range(40)]
+    status, out, err = _run(["compare", "--csv", _csv(tmp_path / "d.csv", "a,y", rows),
+                             "--target", "y", "-o", str(tmp_path / "out"), "-q", *task])
+    assert status == 2 and out == ""
+    assert "target 'y' is constant (every row is" in err and "Traceback" not in err
+
+
 def test_a_code_column_beside_dot_decimals_is_not_reread_as_decimal_commas(tmp_path, no_fit):
     """Issue 53 item 5: the decimal-comma re-read turned the dot decimals into text and the
     error report crashed (IndexError)."""

@@ -300,13 +300,16 @@ def _load(args):
                           f"{len(data.y)} rows")
         data.X, data.y = data.X[keep], data.y[keep]
     n = len(data.y)
+    distinct = np.unique(data.y)
+    if distinct.size == 1:
+        only = distinct[0].item() if isinstance(distinct[0], np.generic) else distinct[0]
+        raise UsageError(f"target {data.target_name!r} is constant (every row is {only!r}): "
+                         "there is nothing to predict or compare")
     if n < 2 * args.folds:
         raise UsageError(f"{n} rows are too few for {args.folds}-fold cross-validation "
                          f"(need at least {2 * args.folds})")
     if data.task == "classification":
         labels, counts = np.unique(data.y, return_counts=True)
-        if labels.size < 2:
-            raise UsageError(f"target {data.target_name!r} has a single class")
         if counts.min() < args.folds:
             rare = labels[counts.argmin()]
             rare = rare.item() if isinstance(rare, np.generic) else rare
