@@ -667,9 +667,14 @@ default="auto"
             hv = torch.as_tensor(held, device=dev)
             wv = None if w is None else (to_numpy(w[hv]), to_numpy(w))
             method = self.calibration_
+            Phi_v = Phi[hv]  # the features the posterior's factor reads: all parameters' (ntk)
+            if self.uncertainty == "ntk":
+                Phi_v = network_features(self.network_, self._cache["head"],
+                                         self._cache["body"], Xt[hv],
+                                         with_body=True)[1].to(torch.float64)
             lpd = []
             for p, noise in ((post, post.noise), (hetero, hetero.noise / prec[hv])):
-                z, var = self._held_out_fit(f[hv], Phi[hv], Yt[hv], p.factor, noise, method,
+                z, var = self._held_out_fit(f[hv], Phi_v, Yt[hv], p.factor, noise, method,
                                             Y, wv)
                 c, df = float(self.calibration_factor_), float(self.predictive_df_)
                 dist = stats.norm() if math.isinf(df) else stats.t(df)

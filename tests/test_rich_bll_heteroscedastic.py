@@ -124,3 +124,20 @@ def test_heteroscedastic_without_held_out_rows():
     # give a ratio near 1. The network's misfit adds to the low noise, so the fitted ratio
     # varies widely with random_state; the bound of 2 sits below its range over seeds
     assert noise[1] > 2 * noise[0]
+
+
+@pytest.mark.parametrize("noise_variance", ["auto", "heteroscedastic"])
+def test_the_ntk_posterior_runs_the_noise_test_on_all_parameters_features(noise_variance):
+    """``uncertainty="ntk"``'s factor is over every parameter, so the held-out comparison of
+    the two noise models must read every parameter's features: with 50 or more held-out rows
+    it multiplied the last layer's (21) by the 101 x 101 factor (a torch shape error). The
+    heteroscedastic data set pays for its noise model under the exact NTK posterior too."""
+    X, y = _heteroscedastic(400, 0)
+    reg = RichBLLRegressor(uncertainty="ntk", noise_variance=noise_variance, random_state=0,
+                           **dict(SETTINGS, hidden_layer_sizes=(20,))).fit(X, y)
+    assert reg.variance_factor_.shape == (61, 61)  # 2 x 20 + 20 + 1 parameters
+    mean_gain, se = reg.noise_gain_
+    assert np.isfinite(mean_gain) and se > 0
+    assert reg.noise_model_ == "heteroscedastic"
+    lo, hi = reg.predict_interval(X[:50], 0.9)
+    assert np.all(np.isfinite(lo)) and np.all(hi > lo)
