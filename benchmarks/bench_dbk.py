@@ -234,7 +234,8 @@ def main():
         saved = {p["kind"]: p for p in (json.loads(path.read_text()).get("peers", [])
                                         if path.exists() else [])}
         for kind in args.peers:
-            saved[kind] = dict(spawn(kind, PEERS[kind], args.device), kind=kind)
+            saved[kind] = dict(spawn(kind, PEERS[kind], args.device), kind=kind,
+                               date=report["date"])
             print(saved[kind], flush=True)
         report["peers"] = [saved[k] for k in PEERS if k in saved]
     RESULTS.mkdir(exist_ok=True)
@@ -250,9 +251,11 @@ def main():
 
 
 def markdown(r):
-    lines = [f"# DBKRegressor benchmark ({r['date']}, device {r['device']})", "",
+    lines = [f"# DBKRegressor benchmark (last run {r['date']}, device {r['device']})", "",
              f"Machine: {r['machine']}, {r['threads']} threads. Each model ran in its own "
-             "process; memory is the peak resident growth after imports.", ""]
+             "process; memory is the peak resident growth after imports. A run of some parts "
+             "or peers keeps the others' earlier results (the peers' last column dates each "
+             "row).", ""]
     if "epoch" in r:
         lines += ["## Scale (SVI, batch 256, d = 8, r = 64, MLP 128-128)", "",
                   "| n | s / epoch | peak MB |", "|---:|---:|---:|"]
@@ -271,13 +274,16 @@ def markdown(r):
                   f"RMSE {m.get('rmse', 0):.3f}.", ""]
     if "peers" in r:
         lines += ["## Peers (same data, test set of 2,000 rows)", "",
-                  "| model | n | fit s | NLPD | RMSE | peak MB |", "|---|---:|---:|---:|---:|---:|"]
+                  "| model | n | fit s | NLPD | RMSE | peak MB | run |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
         for p in r["peers"]:
+            # a row re-run alone (--peers) keeps its own date; older rows predate the field
+            when = p.get("date", "before 2026-11-29")
             if "error" in p:
-                lines.append(f"| {p['kind']} | | error: {p['error']} | | | |")
+                lines.append(f"| {p['kind']} | | error: {p['error']} | | | | {when} |")
                 continue
             lines.append(f"| {p['model']} | {p['n']:,} | {p['fit_s']:.1f} | {p['nlpd']:.3f} | "
-                         f"{p['rmse']:.3f} | {p['peak_mb']:.0f} |")
+                         f"{p['rmse']:.3f} | {p['peak_mb']:.0f} | {when} |")
         lines += ["", f"DBK (exact): `{DBK_EXACT}`; DBK (svi): `{DBK_SVI}`, validated every "
                   f"{DBK_SVI_VALIDATION_INTERVAL} epochs.", ""]
     return "\n".join(lines)
