@@ -118,7 +118,10 @@ class RichBLLRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorM
         ``nn.Linear`` is the output layer: a module (deep-copied at each fit) or a callable
         ``network(n_features) -> Module`` called inside ``fit``. None builds the MLP above.
     train_network : bool, default=True
-        ``False``: use ``network`` as trained (a post-hoc head; needs a module).
+        ``False``: use ``network`` as trained (a post-hoc head; needs a module). The noise
+        then comes from the rows given to ``fit`` and nothing calibrates, so ``fit`` warns
+        (unless ``noise_variance`` is a value): on rows the network was trained on, the
+        intervals may be far too narrow.
     uncertainty : {"rich", "bll", "ntk"}, default="rich"
         ``"rich"``: Rich-BLL; ``"bll"``: the plain Bayesian last layer; ``"ntk"``: the exact
         NTK-GP (linearised network, all parameters) in weight space, refused above
@@ -474,20 +477,30 @@ default="auto"
         # rows the network never trained on (none after the refit on every row)
         held = None if refit else val_rows
         self._fit_posterior(net, Xt, Yt, val_mse, rng, wt, held=held, Y=Y)
-        if self.train_network and val_rows is None \
-                and not isinstance(self.noise_variance, numbers.Real):
-            warnings.warn(
-                f"{type(self).__name__}: early_stopping=False holds no rows out, so the noise "
-                "variance comes from the rows the network was trained on (it can fit them "
-                "closely) and no calibration runs: the intervals may be far too narrow. Keep "
-                "early_stopping=True (its held-out rows set the noise and calibrate), give "
-                "noise_variance a value, or wrap the model in ConformalRegressor.",
-                UserWarning, stacklevel=4)
+        if val_rows is None and not isinstance(self.noise_variance, numbers.Real):
+            warnings.warn(self._no_held_out_rows_message(), UserWarning, stacklevel=4)
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         if self.calibration_ is not None:
             self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_, Y,
                                None if w is None else (w[val_rows], w))
         return self
+
+    def _no_held_out_rows_message(self):
+        """Why a fit without held-out rows may give intervals far too narrow: its noise comes
+        from rows the network may fit closely, and nothing calibrates."""
+        name = type(self).__name__
+        if self.train_network:
+            return (f"{name}: early_stopping=False holds no rows out, so the noise variance "
+                    "comes from the rows the network was trained on (it can fit them "
+                    "closely) and no calibration runs: the intervals may be far too narrow. "
+                    "Keep early_stopping=True (its held-out rows set the noise and "
+                    "calibrate), give noise_variance a value, or wrap the model in "
+                    "ConformalRegressor.")
+        return (f"{name}: with train_network=False the noise variance comes from the rows "
+                "given to fit and no calibration runs; if the network was trained on these "
+                "rows it can fit them closely and the intervals may be far too narrow. Give "
+                "noise_variance a value (in units of the normalised target), or check the "
+                "intervals on rows the network did not train on (User Guide, post-hoc head).")
 
     def _held_out_fit(self, f, Phi, Yv, T, noise, method, Y, weights=None):
         """The standardised residuals ``z`` and predictive variances ``var`` of held-out rows

@@ -346,6 +346,14 @@ def test_no_held_out_rows_warns_that_the_intervals_may_be_too_narrow():
         warnings.simplefilter("error")
         for kw in (dict(early_stopping=False, noise_variance=0.04), {}):
             RichBLLRegressor(**dict(SMALL, **kw)).fit(X[:80], y[:80])
+    # a post-hoc head reads its noise from the rows given to fit: the same warning, which
+    # says why; a value of the user's own silences it
+    head = dict(network=reg.network_, train_network=False, device="cpu")
+    with pytest.warns(UserWarning, match="train_network=False.*far too narrow"):
+        RichBLLRegressor(**head).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RichBLLRegressor(noise_variance=0.04, **head).fit(X, y)
 
 
 def test_calibration_fits_the_t_on_a_strided_subset_of_many_residuals(monkeypatch):
