@@ -21,9 +21,11 @@ from skbnngp._backend._projection import posterior_factor, projection_gram
 from skbnngp.datasets import make_gap_1d
 
 from ._promise import assert_same_predictions
+from .conftest import NO_HELD_OUT
 
 DT = torch.float64
-pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning"),
+              NO_HELD_OUT]
 SMALL = {"hidden_layer_sizes": (16,), "max_iter": 40, "device": "cpu"}
 
 

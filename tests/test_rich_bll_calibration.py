@@ -17,6 +17,9 @@ from skbnngp._backend import fit_t_df as _fit_df
 from skbnngp._rich_bll import RichBLLRegressor as _Impl
 
 from ._promise import assert_same_predictions
+from .conftest import NO_HELD_OUT
+
+pytestmark = NO_HELD_OUT
 
 SMALL = {"hidden_layer_sizes": (16,), "max_iter": 400, "n_iter_no_change": 10,
          "device": "cpu", "random_state": 0}

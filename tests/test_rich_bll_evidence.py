@@ -14,6 +14,10 @@ from skbnngp import RichBLLRegressor, _rich_bll
 from skbnngp._backend._jacobian import head_features, split_parameters
 from skbnngp.datasets import make_step_1d
 
+from .conftest import NO_HELD_OUT
+
+pytestmark = NO_HELD_OUT
+
 
 @pytest.fixture(scope="module")
 def step():

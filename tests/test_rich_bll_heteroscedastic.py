@@ -9,7 +9,9 @@ import skbnngp._rich_bll as rich_bll
 from skbnngp import RichBLLRegressor
 from skbnngp._backend._log_noise import fit_log_noise
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*reached max_iter")
+from .conftest import NO_HELD_OUT
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*reached max_iter"), NO_HELD_OUT]
 
 SETTINGS = {"hidden_layer_sizes": (32,), "max_iter": 400, "n_iter_no_change": 40,
             "device": "cpu"}
