@@ -228,9 +228,9 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     calibration : {"auto", "student_t", "gaussian"} or None, default="auto"
         How the predictive is calibrated on residuals of rows the model did not fit: with
         exact inference, the rows' closed-form leave-one-out residuals with the features
-        fixed (O(n r^2)); with svi, the validation rows' (``early_stopping``; none without
-        it); in :meth:`partial_fit`, the newest rows', each scored before the model trained
-        on it. ``"gaussian"``: multiply the variance by the smallest factor
+        fixed (O(n r^2)); with svi, the validation rows' (``early_stopping``; without them
+        none runs, and ``fit`` warns); in :meth:`partial_fit`, the newest rows', each scored
+        before the model trained on it. ``"gaussian"``: multiply the variance by the smallest factor
         ``calibration_factor_ >= 1`` under which the central 95 % interval holds 95 % of the
         residuals (their split-conformal quantile). ``"student_t"``: fit a unit-scale
         Student-t to the residuals (``predictive_df_``, ``inf`` when nothing heavier fits
@@ -660,6 +660,15 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                         method, to_numpy((Yva - mean) / var.sqrt().unsqueeze(1)),
                         **({} if wva is None else {"weights": to_numpy(wva)}))
                     self.calibration_ = method
+                elif method is not None:
+                    warnings.warn(
+                        f"{name}: no calibration ran: with inference='svi' it reads the "
+                        "validation rows of early stopping, and early_stopping=False holds "
+                        "none, so the predictive is the model's own Gaussian, which can "
+                        "under-cover on small data. Keep early_stopping=True, use "
+                        "inference='exact' (calibrated on leave-one-out residuals), or set "
+                        "calibration=None to accept the model's own.", UserWarning,
+                        stacklevel=6)
             else:
                 Xall = Xtr if va is None else torch.cat([Xtr, Xva])
                 Yall = Ytr if va is None else torch.cat([Ytr, Yva])
