@@ -643,6 +643,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         self.noise_model_, self.noise_gain_, head = "homoscedastic", None, None
         self._stream_residuals = []  # a later partial_fit starts a new stream
         row_noise = None  # the head's noise at the conditioned rows
+        method = cfg["calibration"]  # "auto" resolved
         with torch.no_grad():
             post, s2 = state.posterior()
             stream = None
@@ -653,7 +654,6 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 self.log_marginal_likelihood_value_ = dbk.evidence(
                     feat, Xtr, Ytr, chunk, wtr)(1.0, float(s2))
                 stream = {"state": state, "opt": trainer.optimizer.state_dict(), "n": len(tr)}
-                method = {"auto": "student_t"}.get(self.calibration, self.calibration)
                 if method is not None and va is not None:  # the held-out rows' residuals
                     mean, var = dbk.predictive(feat, Xva, post, s2, M, correction, chunk)
                     self._fit_calibration(
@@ -690,7 +690,6 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                         s2 = row_noise.median()
                         self.noise_model_ = "heteroscedastic"
                 self.elbo_ = None
-                method = {"auto": "student_t"}.get(self.calibration, self.calibration)
                 if method is not None:
                     groups = duplicate_groups(to_numpy(Xall))
                     z, v = dbk.loo_residuals(feat, Xall, Yall, post, s2, M, correction,

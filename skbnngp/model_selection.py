@@ -46,16 +46,17 @@ def _merge(parts, rows, n):
 
 
 def _unfitted_final(estimator):
-    """The estimator whose ``predict_dist`` a fitted ``estimator`` would answer with: a
-    Pipeline's last step, a search's ``estimator``, else ``estimator`` itself."""
+    """The estimator whose ``predict_dist`` a fitted ``estimator`` would answer with: the
+    metrics' final step (a Pipeline's last, a fitted search's best), or an unfitted
+    search's ``estimator``."""
     from sklearn.model_selection._search import BaseSearchCV
-    from sklearn.pipeline import Pipeline
 
-    if isinstance(estimator, Pipeline):
-        return _unfitted_final(estimator.steps[-1][1])
-    if isinstance(estimator, BaseSearchCV) and not hasattr(estimator, "predict_dist"):
-        return _unfitted_final(estimator.estimator)
-    return estimator
+    from .metrics import _final_step
+
+    final = _final_step(estimator)[0]
+    if isinstance(final, BaseSearchCV) and not hasattr(final, "predict_dist"):
+        return _unfitted_final(final.estimator)
+    return final
 
 
 def _fold_predictive(estimator, X, y, train, test, params):

@@ -347,11 +347,11 @@ def test_no_held_out_rows_warns_that_the_intervals_may_be_too_narrow():
     assert np.mean((yt > lo) & (yt < hi)) < 0.6  # the warning is warranted
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for kw in (dict(early_stopping=False, noise_variance=0.04), {}):
+        for kw in ({"early_stopping": False, "noise_variance": 0.04}, {}):
             RichBLLRegressor(**dict(SMALL, **kw)).fit(X[:80], y[:80])
     # a post-hoc head reads its noise from the rows given to fit: the same warning, which
     # says why; a value of the user's own silences it
-    head = dict(network=reg.network_, train_network=False, device="cpu")
+    head = {"network": reg.network_, "train_network": False, "device": "cpu"}
     with pytest.warns(UserWarning, match="train_network=False.*far too narrow"):
         RichBLLRegressor(**head).fit(X, y)
     with warnings.catch_warnings():
