@@ -117,7 +117,7 @@ _GAUSSIAN = Mixing("delta", value=1.0)
 
 def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATION_LEVEL,
                              max_test_df=math.inf, near_noiseless=False, weights=None,
-                             t_shape="likelihood"):
+                             t_shape="likelihood", min_factor=1.0):
     """``(calibration_factor, predictive_df)`` for the standardised residuals ``z``.
 
     Parameters
@@ -146,6 +146,9 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
         How ``"student_t"`` chooses the degrees of freedom: by likelihood, or by matching
         the residuals' central intervals over the levels 0.05...0.95 (see
         :func:`~skbnngp._backend._calibration.student_t_calibration`).
+    min_factor : float, default=1.0
+        The least factor where nothing trusts a narrower scale than the model's: with the
+        default the intervals are only widened; 0 gives the residuals' own factor.
     """
     if method is None:
         return 1.0, math.inf
@@ -155,10 +158,31 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
         df, factor = student_t_calibration(z / math.sqrt(s0), level, max_df=max_df,
                                            max_test_df=max_test_df,
                                            min_df=MIN_DF_LOW_NOISE if near_noiseless else 1.0,
-                                           weights=weights, shape=t_shape)
+                                           weights=weights, shape=t_shape,
+                                           min_factor=min_factor)
         return float(factor), float(df)
     if method == "gaussian":
         unit = reference.predictive(np.zeros(1), np.ones(1)).ppf(0.5 + level / 2)
-        return loo_variance_factor(z, float(np.ravel(unit)[0]), level,
+        return loo_variance_factor(z, float(np.ravel(unit)[0]), level, floor=min_factor,
                                    weights=weights), math.inf
     raise ValueError(f"calibration must be 'student_t', 'gaussian' or None, got {method!r}.")
+
+
+def relative_target_factors(factors, own):
+    """Per-target variance factors of a multi-output model whose targets share one noise
+    variance, where residuals are trusted to widen a predictive but not, alone, to narrow
+    it (features learned on the same rows make them narrower than fresh ones).
+
+    ``factors`` are the targets' own calibrations (at least 1 unless heavy tails narrowed
+    them) and ``own`` the same fits with no floor: the factor each target's residuals ask
+    for. The target whose residuals ask the most keeps its calibration; every other target
+    is set at the same ratio to it as its residuals' (never wider than its own
+    calibration). That optimism is shared by the targets, but a noise fitted to all targets
+    at once is too wide for the quieter ones: without this, their intervals over-cover
+    while the noisier targets' under-cover.
+    """
+    factors, own = np.asarray(factors, dtype=np.float64), np.asarray(own, dtype=np.float64)
+    ref = int(np.argmax(own))
+    if not (np.isfinite(own[ref]) and own[ref] > 0):
+        return factors
+    return np.minimum(factors, own * (factors[ref] / own[ref]))

@@ -325,7 +325,8 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
     predictive_df_ : float or ndarray of shape (n_targets,)
         Degrees of freedom of the Student-t predictive; ``inf``: Gaussian.
         Both are arrays for a multi-output ``y``: each target is calibrated on its own
-        residuals, with its own tails.
+        residuals, with its own tails; with exact inference the targets share one noise,
+        so a target quieter than the noisiest is narrowed to its residuals' ratio to it.
     weight_mean_ : ndarray of shape (n_basis, n_targets)
         Posterior (exact) or variational (svi) mean of the basis weights.
     weight_cov_factor_ : ndarray of shape (n_basis, n_basis)
@@ -700,6 +701,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                     share = weighted_median(np.minimum(own / v, 1.0), wn)
                     options = {} if wn is None else {"weights": wn}
                     self._fit_calibration(method, z, max_test_df=DBK_MAX_TEST_DF,
+                                          relative_targets=True,
                                           t_shape=T_SHAPE,
                                           near_noiseless=near_noiseless(
                                               z * np.sqrt(v)[:, None], to_numpy(Yall), share,

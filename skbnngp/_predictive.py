@@ -27,7 +27,7 @@ from ._base import (
     threaded,
     weighted_median,
 )
-from ._calibration import fit_variance_calibration, near_noiseless
+from ._calibration import fit_variance_calibration, near_noiseless, relative_target_factors
 from ._intervals import central_intervals
 from ._scale_mixture import Mixing
 from .exceptions import HeavyTailWarning, NumericalWarning
@@ -118,7 +118,8 @@ class RegressorPredictiveMixin:
         out = mean * self._y_train_std + self._y_train_mean
         return out[:, 0] if self._y_1d else out
 
-    def _fit_calibration(self, method, z, *, near_noiseless=False, **options):
+    def _fit_calibration(self, method, z, *, near_noiseless=False, relative_targets=False,
+                         **options):
         # ``options`` may hold ``weights``: one frequency weight per row of ``z``
         """Set ``calibration_factor_`` and ``predictive_df_`` from the standardised
         residuals ``z`` of rows the predictive did not see (see
@@ -127,15 +128,26 @@ class RegressorPredictiveMixin:
         A multi-output ``z`` (n, C) is calibrated target by target: both attributes become
         arrays of shape (C,), so one heavy-tailed or near-noiseless target does not set the
         tails of the others (``near_noiseless`` may then be a bool per target).
+        ``relative_targets``: for a model whose noise is shared by the targets and whose
+        residuals are not trusted to narrow a target on their own (see
+        :func:`relative_target_factors`).
         """
         reference = self._model_mixing()
         z = np.asarray(z, dtype=np.float64)
         if method is not None and z.ndim == 2 and z.shape[1] > 1:
             flags = np.broadcast_to(np.asarray(near_noiseless, dtype=bool), (z.shape[1],))
-            fits = [fit_variance_calibration(method, z[:, j], reference=reference,
-                                             near_noiseless=bool(flag), **options)
-                    for j, flag in enumerate(flags)]
-            self.calibration_factor_ = np.array([factor for factor, _ in fits])
+
+            def fit(min_factor):
+                return [fit_variance_calibration(method, z[:, j], reference=reference,
+                                                 near_noiseless=bool(flag),
+                                                 min_factor=min_factor, **options)
+                        for j, flag in enumerate(flags)]
+            fits = fit(1.0)
+            factors = np.array([factor for factor, _ in fits])
+            if relative_targets:
+                factors = relative_target_factors(
+                    factors, np.array([factor for factor, _ in fit(0.0)]))
+            self.calibration_factor_ = factors
             self.predictive_df_ = np.array([df for _, df in fits])
             return
         self.calibration_factor_, self.predictive_df_ = fit_variance_calibration(

@@ -214,7 +214,7 @@ def _may_narrow(w_total, level):
 
 
 def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
-                          min_df=1.0, weights=None, shape="likelihood"):
+                          min_df=1.0, weights=None, shape="likelihood", min_factor=1.0):
     """``(df, factor)`` of the Student-t calibration for the standardised held-out
     residuals ``z``.
 
@@ -237,15 +237,16 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
     freedom of :func:`fit_t_levels` instead (the t's central intervals matched to the
     residuals' over the levels 0.05...0.95, not its likelihood) and its scale as the
     factor, for residuals whose bulk and tails a likelihood fit and a 95 % rule weigh
-    badly (few, peaked and heavy-tailed).
+    badly (few, peaked and heavy-tailed). ``min_factor`` replaces the floor of 1 where the
+    scale is not trusted to narrow (0: the residuals' own factor, narrower or not).
     """
     z, w = _flat(z, weights)
     if shape == "levels":
-        return _student_t_levels(z, w, level, max_df, max_test_df, min_df)
+        return _student_t_levels(z, w, level, max_df, max_test_df, min_df, min_factor)
     stride = -(-z.size // T_MAX_FIT_ROWS) if z.size > T_MAX_FIT_ROWS else 1
     zf, wf = z[::stride], (None if w is None else w[::stride])
     df0 = fit_t_df(zf, max_df, min_df, weights=wf)
-    df, floor = df0, 1.0
+    df, floor = df0, min_factor
     if zf.size and _may_narrow(z.size if w is None else float(w.sum()), level):
         df1, s = fit_t(zf, max_df=max_df, min_df=min_df, weights=wf)
         stat = 2.0 * (t_loglik(zf, df1, s, wf) - t_loglik(zf, df0, weights=wf))
@@ -255,7 +256,7 @@ def student_t_calibration(z, level=0.95, max_df=math.inf, max_test_df=math.inf,
     return df, loo_variance_factor(z, unit, level, floor=floor, weights=w)
 
 
-def _student_t_levels(z, w, level, max_df, max_test_df, min_df):
+def _student_t_levels(z, w, level, max_df, max_test_df, min_df, min_factor=1.0):
     """:func:`student_t_calibration` with ``shape="levels"``: the degrees of freedom and
     the squared scale of :func:`fit_t_levels`, which may fall below 1 only when those
     degrees of freedom are at most ``max_test_df`` (as in the likelihood rule). The 95 %
@@ -263,7 +264,7 @@ def _student_t_levels(z, w, level, max_df, max_test_df, min_df):
     the levels matched (``level`` only sets the fewest residuals that may narrow it)."""
     df, s = fit_t_levels(z, max_df, min_df, weights=w)
     narrow = df <= max_test_df and _may_narrow(z.size if w is None else float(w.sum()), level)
-    return df, (s * s if narrow else max(s * s, 1.0))
+    return df, (s * s if narrow else max(s * s, min_factor))
 
 
 # ---------------------------------------------------------------------- temperature scaling
