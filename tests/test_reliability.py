@@ -106,6 +106,28 @@ def test_messages_name_the_argument_and_print_plain_numbers(name, Est):
     assert "np." not in str(info.value)
 
 
+@pytest.mark.parametrize("name, Est", all_estimators())
+def test_dates_and_durations_are_refused_naming_the_argument(name, Est):
+    """A datetime column beside numbers ended in NumPy's DTypePromotionError, which names
+    no argument, and a datetime array alone was cast to nanoseconds silently; both are
+    refused at fit and at predict, naming X (and its column) or y."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(20, 2))
+    y = np.arange(20) % 2
+    dates = pd.DataFrame({"a": X[:, 0], "when": pd.date_range("2020-01-01", periods=20)})
+    with pytest.raises(TypeError, match=r"X must be numeric, but it holds datetime64.*'when'"):
+        Est(**FAST.get(name, {})).fit(dates, y)
+    with pytest.raises(TypeError, match="X must be numeric, but it holds timedelta64"):
+        Est(**FAST.get(name, {})).fit(np.arange(40).reshape(20, 2) * np.timedelta64(1, "s"), y)
+    est = Est(**FAST.get(name, {})).fit(X, y)
+    with pytest.raises(TypeError, match="X must be numeric, but it holds datetime64"):
+        est.predict(np.datetime64("2020-01-01") + np.arange(4).reshape(2, 2))
+    if not name.endswith("Classifier"):
+        with pytest.raises(TypeError, match="y must be numeric, but it holds timedelta64"):
+            Est(**FAST.get(name, {})).fit(X, y * np.timedelta64(1, "s"))
+
+
 def test_classifier_predict_agrees_with_proba_on_tied_inputs():
     """Fuzz reproducer: 4 identical rows with 4 different labels gave tied probabilities, and
     the STP classifier's predict broke the tie by round-off in the posterior mean (class 2)

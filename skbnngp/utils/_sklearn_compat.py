@@ -23,6 +23,22 @@ def _first_non_numeric(values):
     return None
 
 
+def _date_like(X, y):
+    """``(argument, description)`` of the first of X, y (arrays, Series, DataFrames) that
+    holds datetime or timedelta values (a column's name where it has one), or None."""
+    for arg, values in (("X", X), ("y", y)):
+        dtypes = getattr(values, "dtypes", None)  # a DataFrame: one dtype per column
+        if dtypes is not None and hasattr(dtypes, "items"):
+            for col, dt in dtypes.items():
+                if getattr(dt, "kind", "") in ("m", "M"):
+                    return arg, f"{dt} values (column {col!r})"
+            continue
+        dt = getattr(values, "dtype", None)  # an array or a Series (lists are not read)
+        if getattr(dt, "kind", "") in ("m", "M"):
+            return arg, f"{dt} values"
+    return None
+
+
 def validate_data(estimator, X="no_validation", y="no_validation", **kwargs):
     """sklearn's ``validate_data``, whose "could not convert string to float" names the
     argument (X or y) and the offending value, with a hint for string targets.
@@ -32,6 +48,13 @@ def validate_data(estimator, X="no_validation", y="no_validation", **kwargs):
     reductions sum a Fortran-ordered column in another order than a C-ordered one.
     """
     kwargs.setdefault("order", "C")
+    # NumPy casts dates to floats silently, or fails to promote them beside numbers; class
+    # labels may be anything hashable
+    where = _date_like(X, y if kwargs.get("y_numeric") else None)
+    if where is not None:
+        raise TypeError(f"{type(estimator).__name__}: {where[0]} must be numeric, but it "
+                        f"holds {where[1]}. Convert dates and durations to numbers first "
+                        "(e.g. days since a reference date).")
     try:
         out = _sklearn_validate_data(estimator, X, y, **kwargs)
         if kwargs.get("y_numeric") and isinstance(out, tuple):
