@@ -130,7 +130,8 @@ class RegressorPredictiveMixin:
         tails of the others (``near_noiseless`` may then be a bool per target).
         ``relative_targets``: for a model whose noise is shared by the targets and whose
         residuals are not trusted to narrow a target on their own (see
-        :func:`relative_target_factors`).
+        :func:`relative_target_factors`); the factors each target's residuals ask for,
+        with no floor, are then returned (None otherwise).
         """
         reference = self._model_mixing()
         z = np.asarray(z, dtype=np.float64)
@@ -143,13 +144,13 @@ class RegressorPredictiveMixin:
                                                  min_factor=min_factor, **options)
                         for j, flag in enumerate(flags)]
             fits = fit(1.0)
-            factors = np.array([factor for factor, _ in fits])
+            factors, own = np.array([factor for factor, _ in fits]), None
             if relative_targets:
-                factors = relative_target_factors(
-                    factors, np.array([factor for factor, _ in fit(0.0)]))
+                own = np.array([factor for factor, _ in fit(0.0)])
+                factors = relative_target_factors(factors, own)
             self.calibration_factor_ = factors
             self.predictive_df_ = np.array([df for _, df in fits])
-            return
+            return own
         self.calibration_factor_, self.predictive_df_ = fit_variance_calibration(
             method, z, reference=reference, near_noiseless=bool(np.all(near_noiseless)),
             **options)

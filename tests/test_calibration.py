@@ -376,3 +376,19 @@ def test_dbk_quiet_target_beside_a_noisy_one_is_not_over_wide():
     old = stats.norm(dist.mean()[:, 0], sd_old).logpdf(Yt[:, 0]).mean()
     assert np.isinf(reg.predictive_df_[0])
     assert dist.logpdf(Yt)[:, 0].mean() > old + 0.1
+
+
+def test_dbk_warns_when_its_targets_noise_levels_differ():
+    """DBK's targets share one noise variance; where their residuals ask for variances
+    far apart, the noisiest targets under-cover beyond what the calibration repairs, and
+    the fit says so, pointing to one model per target. Two affine copies of one column ask
+    for the same variance and fit silently."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(300, 3))
+    f = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] ** 2
+    Y = np.c_[f + 0.05 * rng.standard_normal(300), f + 1.0 * rng.standard_normal(300)]
+    with pytest.warns(UserWarning, match=r"share one noise variance.*MultiOutputRegressor"):
+        DBKRegressor(random_state=0).fit(X, Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        DBKRegressor(random_state=0).fit(X, np.c_[Y[:, 1], 3 * Y[:, 1] + 1])
