@@ -80,6 +80,11 @@ SUBSET_SIZE, REFINE_ITER = 500, 10
 #: than ``ARD_Z`` standard errors above zero and at least ``ARD_MIN_GAIN`` nats a row.
 ARD_Z, ARD_MIN_GAIN = 2.0, 1e-3
 
+#: A calibrated ARD fit warns when it learns at least this many relevances per training
+#: row: its leave-one-out residuals, under relevances fitted on those same rows, are then
+#: narrower than fresh rows' and the intervals under-cover (doc/whats_new.rst).
+ARD_WIDE_RATIO = 0.25
+
 
 def _prior_marginal(prior, q, logdet, N, C, p):
     """The scale prior's log marginal likelihood (plugged into :class:`ExactGP`)."""
@@ -153,7 +158,9 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         kernels and keeps ARD only when its per-row leave-one-out log densities beat the
         shared kernel's by more than two standard errors of the paired differences (and
         0.001 nats a row); it costs a second fit. ``True`` is the default because it ties
-        the shared kernel on average and wins where features differ in relevance.
+        the shared kernel on average and wins where features differ in relevance. With
+        many features on few rows (``d >= n / 4``) the calibrated intervals under-cover,
+        and the fit warns (see ``ConformalRegressor`` for a guarantee).
     include_noise : bool, default=True
         Add ``s * lambda`` to the predictive variance, so that ``predict_dist``, ``predict``'s
         std and ``sample_y`` describe the noisy target ``y``; ``False`` gives the latent
@@ -421,7 +428,22 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         if self.optimizer is not None:
             warn_repeated_noise(self, w, self.hyperparameters_["alpha"],
                                 bounds[HYPERPARAMETERS.index("alpha")], "alpha")
+            if self.ard != "auto":  # the kept inner fit has warned
+                self._warn_wide_ard(X.shape)
         return self
+
+    def _warn_wide_ard(self, shape):
+        """Warn that a calibrated ARD fit of many features on few rows under-covers (not for
+        the classifier's one-hot regressor, whose probabilities are calibrated otherwise)."""
+        n, d = shape
+        if (self.ard_ and self.calibration_ is not None and d >= ARD_WIDE_RATIO * n
+                and "_settings_override" not in self.__dict__):
+            warnings.warn(
+                f"{type(self).__name__}: ARD learned {d} feature relevances on {n} distinct "
+                "rows; the leave-one-out residuals that calibrate the predictive come from "
+                "relevances fitted on those same rows, so its intervals may be too narrow. "
+                "For intervals with a coverage guarantee, wrap the model in "
+                "ConformalRegressor(method='cv+').", UserWarning, stacklevel=5)
 
     def _fit_auto_ard(self, X, y, w=None):
         """``ard="auto"``: fit the shared and the ARD kernel (each a full fit, as
