@@ -234,7 +234,8 @@ def warn_repeated_noise(estimator, weights, noise, bounds, name):
         "(x, y) rows or sample_weight above 1). As frequency weights, repeated identical "
         "targets are evidence of no noise, so the model interpolates and its predictive "
         "may be far off between the rows. If the weights are importances rather than "
-        "counts, divide sample_weight by its mean; if the target is noiseless, ignore this.",
+        "counts, divide sample_weight by the mean of its non-zero entries (zero-weight "
+        "rows are dropped); if the target is noiseless, ignore this.",
         UserWarning, stacklevel=3)
 
 
@@ -257,7 +258,8 @@ def warn_light_weights(estimator, weights):
         f"{type(estimator).__name__}: sample_weight averages {total / n:.3g} over the {n} "
         f"distinct training rows: as frequency weights the data count as {total:.3g} "
         "observations, so the model leans on its prior (a flatter fit, wider intervals). If "
-        "the weights are importances rather than counts, divide sample_weight by its mean.",
+        "the weights are importances rather than counts, divide sample_weight by the mean "
+        "of its non-zero entries.",
         UserWarning, stacklevel=4)
 
 

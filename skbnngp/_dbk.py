@@ -562,7 +562,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
             the held-out split is drawn over the distinct rows, and the calibration counts a
             row's leave-one-out residual ``w_i`` times. Weights averaging under 1/4 count
             the data as few observations (a UserWarning; importance weights: divide by
-            their mean). None: every row once.
+            the mean of the non-zero ones). None: every row once.
 
         Returns
         -------

@@ -364,7 +364,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
             ``(x, y)`` rows are merged into one weighted row (and the rows sorted) first,
             so integer weights and repeated rows train the identical model. Weights
             averaging under 1/4 make the KL outweigh the data (a UserWarning; importance
-            weights: divide by their mean). None: every row once.
+            weights: divide by the mean of the non-zero ones). None: every row once.
 
         Returns
         -------

@@ -390,9 +390,9 @@ default=("tanh", "leaky_relu")
             one weighted row (the same model); the calibration counts a row's leave-one-out
             residual ``w_i`` times. Identical repeats are evidence of no noise:
             weights summing above the number of rows can send the noise to its lower bound
-            (a UserWarning then; importance weights: divide by their mean), and weights
-            averaging under 1/4 count the data as few observations (a UserWarning too).
-            None: every row once.
+            (a UserWarning then; importance weights: divide by the mean of the non-zero
+            ones), and weights averaging under 1/4 count the data as few observations (a
+            UserWarning too). None: every row once.
 
         Returns
         -------

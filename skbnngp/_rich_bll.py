@@ -434,7 +434,7 @@ default="auto"
             are merged into one weighted row (and the rows sorted) first, so integer weights
             and repeated rows train the identical model. Weights averaging under 1/4 count
             the data as few observations in the last layer's evidence (a UserWarning;
-            importance weights: divide by their mean). None: every row once.
+            importance weights: divide by the mean of the non-zero ones). None: every row once.
 
         Returns
         -------

@@ -405,9 +405,9 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
             merged into one weighted row (the same model), and the calibration counts a
             row's leave-one-out residual ``w_i`` times. Identical repeats are evidence of
             no noise: weights summing above the number of rows can send the noise to its
-            lower bound (a UserWarning then; importance weights: divide by their mean),
-            and weights averaging under 1/4 count the data as few observations (a
-            UserWarning too). None: every row once.
+            lower bound (a UserWarning then; importance weights: divide by the mean of the
+            non-zero ones), and weights averaging under 1/4 count the data as few
+            observations (a UserWarning too). None: every row once.
 
         Returns
         -------

@@ -132,6 +132,23 @@ def test_gp_noise_driven_to_its_bound_by_repeated_rows_warns(est, rng):
             clone(est).fit(X, y, sample_weight=None if w is None else w / w.mean())
 
 
+@pytest.mark.parametrize("est", GP_REGRESSORS[:2], ids=lambda e: repr(e)[:40])
+def test_importance_weights_with_zeros_follow_the_warnings_advice(est, rng):
+    """Half the weights zero: divided by their plain mean, the kept rows count twice each,
+    the noise ends on its bound, and the warning's advice is the mean of the non-zero
+    weights, which fits without the warning."""
+    X = rng.normal(size=(60, 3))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.2 * rng.normal(size=60)
+    est = clone(est).set_params(max_iter=100)
+    w = np.tile([0.0, 3.0], 30)
+    with pytest.warns(UserWarning, match="divide sample_weight by the mean of its non-zero"):
+        clone(est).fit(X, y, sample_weight=w / w.mean())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clone(est).fit(X, y, sample_weight=w / w[w > 0].mean())
+
+
 @pytest.mark.parametrize("cls", [c for c in WEIGHTED if c is not StudentTProcessClassifier],
                          ids=lambda c: c.__name__)
 def test_weights_far_below_one_warn(cls, rng):
