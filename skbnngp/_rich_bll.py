@@ -198,7 +198,11 @@ default="auto"
         centres them), because the prior variance and the noise start at 1.
     include_noise : bool, default=True
         ``predict``'s std/cov, ``predict_dist`` and ``sample_y`` describe y (latent
-        variance plus ``noise_variance_``) or, if ``False``, the latent f.
+        variance plus ``noise_variance_``) or, if ``False``, the latent f. The latent
+        variance is the last layer's posterior given the trained features; it leaves out
+        the features' own error, which the held-out calibration of y cannot separate from
+        the noise, so intervals for f are narrower than the mean's error, the more so the
+        more rows (the default describes y, whose intervals are calibrated).
     calibration : {"auto", "student_t", "gaussian"} or None, default="auto"
         How the predictive is calibrated on the ``n_v`` validation rows, which the network
         did not train on (the counterpart of the other regressors' leave-one-out
