@@ -185,4 +185,6 @@ def relative_target_factors(factors, own):
     ref = int(np.argmax(own))
     if not (np.isfinite(own[ref]) and own[ref] > 0):
         return factors
-    return np.minimum(factors, own * (factors[ref] / own[ref]))
+    scaled = own * (factors[ref] / own[ref])
+    # a target whose residuals vanish (or are not finite) keeps its own calibration
+    return np.where(np.isfinite(scaled) & (scaled > 0), np.minimum(factors, scaled), factors)

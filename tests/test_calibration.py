@@ -359,6 +359,8 @@ def test_relative_target_factors_keep_the_widest_targets_calibration():
     np.testing.assert_allclose(relative_target_factors([0.1, 2.0], [0.1, 2.0]), [0.1, 2.0])
     # residuals with no spread (a noiseless fit) leave the factors as they are
     np.testing.assert_allclose(relative_target_factors([1.0, 1.0], [0.0, 0.0]), [1.0, 1.0])
+    np.testing.assert_allclose(relative_target_factors([1.0, 1.5], [0.0, 1.5]), [1.0, 1.5])
+    np.testing.assert_allclose(relative_target_factors([1.0, 2.0], [np.nan, 2.0]), [1.0, 2.0])
 
 
 def _unequal_noise_targets(n, seed):
