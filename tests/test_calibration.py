@@ -412,3 +412,21 @@ def test_dbk_warns_when_its_targets_noise_levels_differ():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         DBKRegressor(random_state=0).fit(X, np.c_[Y[:, 1], 3 * Y[:, 1] + 1])
+
+
+def test_dbk_constant_column_beside_a_noisy_one_keeps_a_positive_factor():
+    """Fuzz reproducer: a constant target beside a noisy one has residuals of no spread,
+    and the relative calibration set its variance factor to 0, which a saved model then
+    refused to load. That target keeps its own calibration."""
+    import pickle
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    Y = np.c_[np.full(120, 1e9), X[:, 0] + 0.3 * rng.normal(size=120)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = DBKRegressor(random_state=0).fit(X, Y)
+    assert np.all(reg.calibration_factor_ > 0)
+    back = pickle.loads(pickle.dumps(reg))
+    np.testing.assert_allclose(back.predict(X[:5], return_std=True)[1],
+                               reg.predict(X[:5], return_std=True)[1], rtol=1e-10)
