@@ -157,8 +157,8 @@ def _warn_unequal_target_noise(name, own):
         warnings.warn(
             f"{name}: the targets share one noise variance, but their residuals ask for "
             f"variances {ratio:.1f} times apart; the noisiest targets' intervals may be "
-            "too narrow. Fit one model per target (e.g. sklearn's "
-            "MultiOutputRegressor(DBKRegressor())) when their noise levels differ.",
+            "too narrow. Fit one DBKRegressor per target column (each with its own "
+            "noise and intervals) when their noise levels differ.",
             UserWarning, stacklevel=7)
 
 

@@ -448,9 +448,10 @@ default="auto"
         shape = np.asarray(y).shape if y is not None else ()
         if len(shape) == 2 and shape[1] > 1:
             raise ValueError(f"{type(self).__name__} fits one target, but y has shape "
-                             f"{shape}; fit one model per column (e.g. sklearn's "
-                             "MultiOutputRegressor) or use a multi-output regressor such as "
-                             "StudentTProcessRegressor.")
+                             f"{shape}; fit one {type(self).__name__} per column (sklearn's "
+                             "MultiOutputRegressor does so but keeps only the means, not "
+                             "predict_dist or the intervals) or use a multi-output regressor "
+                             "such as StudentTProcessRegressor.")
         X, y = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2,
                              dtype=np.float64)
         X, y, w = network_weights(self, X, y, sample_weight)

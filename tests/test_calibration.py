@@ -119,7 +119,8 @@ def test_a_single_target_regressor_refuses_two_columns_naming_why():
     array'."""
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(40, 2)), rng.normal(size=(40, 2))
-    with pytest.raises(ValueError, match=r"fits one target, but y has shape \(40, 2\)"):
+    with pytest.raises(ValueError, match=r"fits one target, but y has shape \(40, 2\); fit "
+                                         r"one RichBLLRegressor per column"):
         RichBLLRegressor(max_iter=5).fit(X, Y)
 
 
@@ -407,7 +408,7 @@ def test_dbk_warns_when_its_targets_noise_levels_differ():
     X = rng.uniform(-2, 2, size=(300, 3))
     f = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] ** 2
     Y = np.c_[f + 0.05 * rng.standard_normal(300), f + 1.0 * rng.standard_normal(300)]
-    with pytest.warns(UserWarning, match=r"share one noise variance.*MultiOutputRegressor"):
+    with pytest.warns(UserWarning, match=r"share one noise variance.*one DBKRegressor per"):
         DBKRegressor(random_state=0).fit(X, Y)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
