@@ -85,8 +85,8 @@ AUTO_VALIDATION_FRACTION = {"exact": 0.25, "svi": 0.125}
 #: The Student-t calibration narrows to the leave-one-out residuals' own scale only when the
 #: t fitted with it has at most this many degrees of freedom (heavy tails that inflated the
 #: noise): features learned on these rows make their residuals narrower than fresh ones.
-#: Tails as heavy as a t with 3-4 degrees of freedom inflate the noise as well; at 2, such
-#: data kept intervals whose bulk was two to three times too wide (doc/whats_new.rst).
+#: Tails as heavy as a t with 3-4 degrees of freedom inflate the noise as well, and a gate
+#: at 2 left such data with intervals far too wide in the bulk (doc/whats_new.rst).
 DBK_MAX_TEST_DF = 4.0
 #: How the Student-t calibration chooses the degrees of freedom of the leave-one-out
 #: residuals: by likelihood and the 95 % rule. The fit over the levels (``"levels"``)
