@@ -1,6 +1,8 @@
 """Tests for skbnngp.metrics: closed forms against quadrature, Monte-Carlo calibration checks,
 scorers inside model selection, and input validation."""
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import integrate, stats
@@ -133,7 +135,7 @@ def test_crps_t_tends_to_gaussian():
     y = np.linspace(-4, 4, 9)
     gauss = crps(y, stats.norm(np.zeros(9), 1.5))
     gaps = [abs(crps(y, stats.t(df, np.zeros(9), 1.5)) - gauss) for df in (3, 30, 300, 3e4)]
-    assert all(a > b for a, b in zip(gaps, gaps[1:]))  # monotone, O(1/df)
+    assert all(a > b for a, b in itertools.pairwise(gaps))  # monotone, O(1/df)
     assert gaps[-1] < 1e-5
     assert crps(y, stats.t(np.inf, np.zeros(9), 1.5)) == pytest.approx(gauss, rel=1e-12)
 
