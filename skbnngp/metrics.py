@@ -1022,6 +1022,7 @@ class _PredictiveScorer:
     def __call__(self, estimator, X, y_true, sample_weight=None):
         y_true = self._check_y(X, y_true)
         response = predictive_response(estimator, X, self._response_method)
+        self._check_response(estimator, response)
         kwargs = dict(self._kwargs)
         if sample_weight is not None:
             kwargs["sample_weight"] = sample_weight
@@ -1038,6 +1039,21 @@ class _PredictiveScorer:
                              f"{type(estimator).__name__}; a NaN score would make model "
                              "selection pick at random.")
         return float(score) if score.ndim == 0 else score
+
+    def _check_response(self, estimator, response):
+        """A predictive without the method this module's metric reads is an error that
+        names the scorer and the estimator: the metric's own parameter check would name the
+        outermost validated caller (``cross_val_score``, ``GridSearchCV``) instead."""
+        need = _METHOD_READ.get(self._score_func)
+        if need is None or callable(getattr(response, need, None)):
+            return
+        name = type(estimator).__name__
+        hint = ("it has no density (its cdf is a step function); score it with "
+                "neg_crps_scorer or an interval metric instead"
+                if need == "logpdf" and callable(getattr(response, "cdf", None))
+                else "choose a scorer that reads what it has")
+        raise TypeError(f"{self!r} reads {need}() of the predictive distribution, but "
+                        f"{name}'s {type(response).__name__} has no {need}: {hint}.")
 
     def _check_y(self, X, y_true):
         """``y`` must have one entry per row of ``X``, finite when it is numeric (every score
@@ -1103,6 +1119,11 @@ def make_predictive_scorer(score_func, *, response_method="predict_dist", greate
     sign = 1.0 if greater_is_better else -1.0
     return _PredictiveScorer(score_func, response_method, sign, kwargs)
 
+
+#: The method of the predictive distribution each metric of this module reads.
+_METHOD_READ = {nlpd: "logpdf", crps: "cdf", interval_coverage: "cdf", coverage_error: "cdf",
+                interval_width: "interval", calibration_curve_regression: "cdf",
+                regression_calibration_error: "cdf"}
 
 #: ``-nlpd``: greater is better.
 neg_nlpd_scorer = make_predictive_scorer(nlpd, greater_is_better=False)

@@ -604,6 +604,23 @@ def test_the_crps_of_a_conformal_predictive_scores_its_candidate_values():
     assert 0.5 * own < crps(t[120:], reg.predict_dist(X[120:])) < 2.0 * own
 
 
+def test_the_nlpd_scorer_on_a_conformal_predictive_names_the_scorer_and_the_remedy():
+    """A conformal predictive has no density. Inside ``cross_val_score`` the metric's own
+    parameter check said "The 'dist' parameter of cross_val_score must be an object
+    implementing 'logpdf'" (scikit-learn renames a nested check after the outermost
+    caller), which named neither the scorer nor what to use instead."""
+    from sklearn.model_selection import cross_val_score
+
+    from skbnngp.metrics import neg_crps_scorer, neg_nlpd_scorer
+
+    X, t = _data(n=60)
+    reg = ConformalRegressor(StudentTProcessRegressor(max_iter=5), random_state=0)
+    with pytest.raises(TypeError, match=r"(?s)nlpd.*ConformalRegressor.*no logpdf.*"
+                                        r"neg_crps_scorer"):
+        cross_val_score(reg, X, t, scoring=neg_nlpd_scorer, cv=3, error_score="raise")
+    assert np.all(np.isfinite(cross_val_score(reg, X, t, scoring=neg_crps_scorer, cv=3)))
+
+
 def test_out_of_fold_conformal_predictives_get_a_crps_part_by_part():
     """``cross_val_predict_dist`` of a ``ConformalRegressor`` is a union of conformal
     predictives; ``crps`` scores each part by its candidate values (it raised: the
