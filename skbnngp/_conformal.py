@@ -73,9 +73,16 @@ def score_kind(final):
     Pipeline's last step, a search's best estimator): ``"predictive"`` (it has
     ``predict_dist``), ``"std"`` (its ``predict`` takes ``return_std``, as scikit-learn's GP
     and Bayesian linear models) or ``"absolute"`` (a point prediction only: unnormalised
-    residuals)."""
+    residuals). A ``TransformedTargetRegressor`` whose regressor has ``predict_dist`` is
+    ``"predictive"``: its predictive mapped back to the units of y."""
     if callable(getattr(final, "predict_dist", None)):
         return "predictive"
+    from .metrics import _final_step, _is_target_transform
+
+    if _is_target_transform(final):
+        inner = getattr(final, "regressor_", None)
+        if inner is not None and callable(getattr(_final_step(inner)[0], "predict_dist", None)):
+            return "predictive"
     try:
         takes_std = "return_std" in inspect.signature(final.predict).parameters
     except (AttributeError, TypeError, ValueError):
@@ -89,7 +96,7 @@ def predictive_location_scale(estimator, X):
     (floored at the smallest positive float); for a model with only a standard deviation,
     its mean and the Gaussian's half interquartile range at that std; for a point
     predictor, its prediction and 1. ``estimator`` may be a Pipeline."""
-    from .metrics import _final_step
+    from .metrics import _final_step, predictive_response
 
     # the final estimator as the metrics resolve it (nested Pipelines, a fitted search's
     # best estimator), with the transforms before it
@@ -104,7 +111,7 @@ def predictive_location_scale(estimator, X):
         scale = _GAUSSIAN_HALF_IQR * np.broadcast_to(np.asarray(std, dtype=np.float64),
                                                      loc.shape)
     else:
-        dist = final.predict_dist(Xt)
+        dist = predictive_response(final, Xt)  # a target transform's mapped to y
         lo, hi = dist.interval(0.5)
         loc = np.asarray(dist.median(), dtype=np.float64)
         scale = 0.5 * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))

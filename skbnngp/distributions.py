@@ -436,7 +436,8 @@ class OutOfFoldDistribution:
         n = sum(r.size for r in self.rows)
         if not np.array_equal(np.sort(np.concatenate(self.rows)), np.arange(n)):
             raise ValueError("rows must partition range(n_samples).")
-        tail = np.shape(self.parts[0].mean())[1:]
+        shape = getattr(self.parts[0], "shape", None)  # a part may have no mean
+        tail = (tuple(shape) if isinstance(shape, tuple) else np.shape(self.parts[0].mean()))[1:]
         self._shape = (n,) + tuple(tail)
 
     @property
@@ -482,5 +483,111 @@ class OutOfFoldDistribution:
         return f"OutOfFoldDistribution(shape={self._shape}, n_parts={len(self.parts)})"
 
 
+class TransformedDistribution:
+    """The distribution of ``y = inverse(z)`` for ``z`` drawn from a predictive ``base``.
+
+    The predictive of a regressor fitted on transformed targets ``z = forward(y)``, such as
+    scikit-learn's ``TransformedTargetRegressor`` (``func=np.log`` for a positive, skewed
+    target): :func:`skbnngp.metrics.predictive_response` returns it, so the package's
+    scorers and :func:`~skbnngp.model_selection.cross_val_predict_dist` score the model in
+    the units of ``y``. The map must be strictly monotone in each entry (increasing or
+    decreasing; checked at the base's quartiles), so quantiles and intervals map across
+    and a central interval keeps its coverage. ``logpdf`` (present when ``base`` has one)
+    adds ``log |d forward / dy|``, from a central difference of ``inverse`` on the base's
+    scale. There is no ``mean`` or ``std``: they need not exist (``exp`` of a Student-t has
+    no mean); ``median`` and ``interval`` do.
+
+    Parameters
+    ----------
+    base : frozen distribution
+        The predictive of ``z``, with ``cdf`` and ``ppf``, of batch shape ``shape``.
+    forward, inverse : callable
+        Elementwise maps ``y -> z`` and ``z -> y`` on arrays of any shape whose trailing
+        axes are the batch shape's.
+    """
+
+    def __init__(self, base, forward, inverse):
+        self.base, self.forward, self.inverse = base, forward, inverse
+        from .metrics import _dist_shape
+
+        self._shape = tuple(_dist_shape(base))
+        lo = np.asarray(inverse(np.broadcast_to(base.ppf(0.25), self._shape)), dtype=float)
+        hi = np.asarray(inverse(np.broadcast_to(base.ppf(0.75), self._shape)), dtype=float)
+        if not (np.all(np.isfinite(lo) & np.isfinite(hi)) and np.all(lo != hi)):
+            raise TypeError("the target transform is not strictly monotone (its inverse maps "
+                            "the predictive's quartiles to the same or a non-finite value), so "
+                            "it gives no predictive distribution of y.")
+        self._decreasing = hi < lo
+
+    @property
+    def shape(self):
+        return self._shape
+
+    def _flip(self, q):
+        q = np.asarray(q, dtype=float)
+        return np.where(self._decreasing, 1.0 - q, q)
+
+    def cdf(self, y):
+        y = np.asarray(y, dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = np.asarray(self.forward(y), dtype=float)
+        F = self._flip(np.asarray(self.base.cdf(np.where(np.isnan(z), 0.0, z)), dtype=float))
+        # y outside the map's domain lies beyond one end of the range of y: below it when
+        # under the median, so no mass is below y; above it, all of it
+        return np.where(np.isnan(z), (y >= self.median()).astype(float), F)
+
+    def ppf(self, q):
+        q = np.broadcast_to(np.asarray(q, dtype=float), np.broadcast_shapes(np.shape(q),
+                                                                           self._shape))
+        return np.asarray(self.inverse(self.base.ppf(self._flip(q))), dtype=float)
+
+    def interval(self, confidence):
+        if not 0 <= confidence <= 1:
+            raise ValueError("confidence must lie in [0, 1].")
+        a, b = self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
+        return np.minimum(a, b), np.maximum(a, b)
+
+    def median(self):
+        return self.ppf(0.5)
+
+    def rvs(self, size=None, random_state=None):
+        """Draws ``inverse(z)`` of ``z`` from the base, of shape ``size + shape``."""
+        return np.asarray(self.inverse(self.base.rvs(
+            size=None if size is None else ((size,) if np.isscalar(size) else tuple(size))
+            + self._shape, random_state=random_state)), dtype=float)
+
+    def __repr__(self):
+        return f"TransformedDistribution(shape={self._shape}, base={type(self.base).__name__})"
+
+
+class TransformedDensity(TransformedDistribution):
+    """A :class:`TransformedDistribution` whose base has a density: adds ``logpdf`` and
+    ``pdf`` (the change of variables)."""
+
+    def logpdf(self, y):
+        y = np.asarray(y, dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = np.asarray(self.forward(y), dtype=float)
+        inside = np.isfinite(z)  # elsewhere y lies outside the map's range: no density
+        zs = np.where(inside, z, 0.0)
+        h = 1e-6 * np.maximum(np.abs(zs), 1.0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            slope = (np.asarray(self.inverse(zs + h), dtype=float)
+                     - np.asarray(self.inverse(zs - h), dtype=float)) / (2.0 * h)
+            out = np.asarray(self.base.logpdf(zs), dtype=float) - np.log(np.abs(slope))
+        return np.where(inside, out, -np.inf)
+
+    def pdf(self, y):
+        return np.exp(self.logpdf(y))
+
+
+def transformed(base, forward, inverse):
+    """:class:`TransformedDensity` when ``base`` has a ``logpdf``, else
+    :class:`TransformedDistribution`."""
+    cls = TransformedDensity if callable(getattr(base, "logpdf", None)) \
+        else TransformedDistribution
+    return cls(base, forward, inverse)
+
+
 __all__ = ["ConformalPredictiveDistribution", "NormalMixture", "OutOfFoldDistribution",
-           "ScaleMixtureNormal"]
+           "ScaleMixtureNormal", "TransformedDistribution"]

@@ -35,6 +35,7 @@ from sklearn.metrics import get_scorer as _sklearn_get_scorer
 from sklearn.metrics import get_scorer_names as _sklearn_get_scorer_names
 from sklearn.metrics import roc_auc_score
 from sklearn.utils import check_array
+from sklearn.utils.validation import check_is_fitted
 
 from .utils._sklearn_compat import HasMethods, Interval, StrOptions, validate_params
 
@@ -966,11 +967,41 @@ def _final_step(estimator):
     return estimator, lambda X: X
 
 
+def _is_target_transform(estimator):
+    """Whether ``estimator`` is scikit-learn's ``TransformedTargetRegressor`` (its
+    predictive is its regressor's, mapped back to the units of y)."""
+    from sklearn.compose import TransformedTargetRegressor
+
+    return isinstance(estimator, TransformedTargetRegressor)
+
+
+def _target_maps(ttr, shape):
+    """``(forward, inverse)``: a fitted ``TransformedTargetRegressor``'s target transform
+    and its inverse as elementwise maps on arrays whose trailing axes are ``shape`` (the
+    batch shape of its regressor's predictive)."""
+    if ttr.transformer is None:  # func / inverse_func (None: the identity), elementwise
+        def fn(f):
+            return (lambda a: np.asarray(a, dtype=np.float64)) if f is None else (
+                lambda a: np.asarray(f(np.asarray(a, dtype=np.float64)), dtype=np.float64))
+        return fn(ttr.func), fn(ttr.inverse_func)
+    n_targets = shape[-1] if len(shape) == 2 else 1
+
+    def through(method):
+        def apply(a):
+            a = np.asarray(a, dtype=np.float64)
+            out = getattr(ttr.transformer_, method)(a.reshape(-1, n_targets))
+            return np.asarray(out, dtype=np.float64).reshape(a.shape)
+        return apply
+    return through("transform"), through("inverse_transform")
+
+
 def predictive_response(estimator, X, method="predict_dist"):
     """``estimator.<method>(X)`` for any fitted estimator, a Pipeline or a fitted search
     included: a Pipeline's transforms are applied to ``X`` before its last step's method, so
     ``predictive_response(make_pipeline(StandardScaler(), reg), X)`` is the predictive
-    distribution of ``reg`` on the scaled ``X``.
+    distribution of ``reg`` on the scaled ``X``. A ``TransformedTargetRegressor``'s
+    predictive is its regressor's, mapped back to the units of y through the inverse
+    transform (a :class:`~skbnngp.distributions.TransformedDistribution`).
 
     Parameters
     ----------
@@ -1002,6 +1033,12 @@ def predictive_response(estimator, X, method="predict_dist"):
     (3,)
     """
     final, transform = _final_step(estimator)
+    if method == "predict_dist" and _is_target_transform(final):
+        check_is_fitted(final)
+        dist = predictive_response(final.regressor_, transform(X), method)
+        from .distributions import transformed
+
+        return transformed(dist, *_target_maps(final, _dist_shape(dist)))
     if not callable(getattr(final, method, None)):
         inner = "" if final is estimator else f" (the final step of {type(estimator).__name__})"
         raise TypeError(f"{type(final).__name__}{inner} has no {method}(X), so this score of "

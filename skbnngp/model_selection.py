@@ -51,11 +51,13 @@ def _unfitted_final(estimator):
     search's ``estimator``."""
     from sklearn.model_selection._search import BaseSearchCV
 
-    from .metrics import _final_step
+    from .metrics import _final_step, _is_target_transform
 
     final = _final_step(estimator)[0]
     if isinstance(final, BaseSearchCV) and not hasattr(final, "predict_dist"):
         return _unfitted_final(final.estimator)
+    if _is_target_transform(final) and final.regressor is not None:
+        return _unfitted_final(final.regressor)  # its regressor's predictive, mapped to y
     return final
 
 
@@ -84,7 +86,8 @@ def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, n_jobs=None, p
     Parameters
     ----------
     estimator : estimator object
-        A regressor with ``predict_dist`` (or a Pipeline ending in one).
+        A regressor with ``predict_dist`` (or a Pipeline ending in one, or a
+        ``TransformedTargetRegressor`` around one: its predictive mapped to y).
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,) or (n_samples, n_targets)
     groups : array-like of shape (n_samples,), default=None

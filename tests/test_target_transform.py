@@ -1,0 +1,149 @@
+"""Predictives of regressors fitted on transformed targets (``TransformedTargetRegressor``).
+
+Before, ``predictive_response`` and every predictive scorer refused a
+``TransformedTargetRegressor`` (no ``predict_dist``), and ``ConformalRegressor`` around one
+used unnormalised residuals: intervals of one width, below zero for most rows of a positive
+target.
+"""
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn.compose import TransformedTargetRegressor
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.preprocessing import StandardScaler
+
+from skbnngp import ConformalRegressor, StudentTProcessRegressor
+from skbnngp.distributions import TransformedDistribution
+from skbnngp.distributions import transformed as make_transformed
+from skbnngp.metrics import (crps, interval_coverage, neg_crps_scorer, neg_nlpd_scorer, nlpd,
+                             predictive_response)
+from skbnngp.model_selection import cross_val_predict_dist
+
+from .conftest import FAST
+
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+def _data(n=150, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.normal(size=(n, 2))
+    return X, np.exp(X[:, 0] + 0.5 * rng.normal(size=n))  # positive, right-skewed
+
+
+def _log_model(regressor=None):
+    return TransformedTargetRegressor(
+        regressor or StudentTProcessRegressor(**FAST["StudentTProcessRegressor"]),
+        func=np.log, inverse_func=np.exp)
+
+
+def test_the_exp_of_a_gaussian_is_the_lognormal():
+    """The change of variables against scipy's log-normal, and the closed-form CRPS of a
+    log-normal (Baran and Lerch, 2015) against the numerical CRPS of the mapped cdf."""
+    mu, s = np.array([-0.5, 0.0, 1.2]), np.array([0.3, 1.0, 0.7])
+    dist = make_transformed(stats.norm(mu, s), np.log, np.exp)
+    ref = stats.lognorm(s, scale=np.exp(mu))
+    y = np.array([0.4, 2.5, 3.0])
+    np.testing.assert_allclose(dist.cdf(y), ref.cdf(y), rtol=1e-12)
+    # the map's derivative is a central difference: about 1e-10 in log units
+    np.testing.assert_allclose(dist.logpdf(y), ref.logpdf(y), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(dist.ppf(0.1), ref.ppf(0.1), rtol=1e-12)
+    np.testing.assert_allclose(dist.interval(0.9), ref.interval(0.9), rtol=1e-12)
+    np.testing.assert_allclose(dist.median(), np.exp(mu), rtol=1e-12)
+    # outside the map's range: no mass below y <= 0, no density there
+    assert np.all(dist.cdf(np.array([0.0, -1.0, -5.0])) == 0.0)
+    assert np.all(dist.logpdf(np.array([0.0, -1.0, -5.0])) == -np.inf)
+    z = (np.log(y) - mu) / s
+    closed = y * (2 * stats.norm.cdf(z) - 1) - 2 * np.exp(mu + s**2 / 2) * (
+        stats.norm.cdf(z - s) + stats.norm.cdf(s / np.sqrt(2)) - 1)
+    # the numerical CRPS (quadrature of the mapped cdf) against the closed form
+    assert crps(y, dist) == pytest.approx(closed.mean(), rel=1e-5)
+    draws = dist.rvs(size=20000, random_state=0)
+    assert draws.shape == (20000, 3)
+    assert np.all(np.abs(np.median(draws, axis=0) / np.exp(mu) - 1) < 0.05)
+
+
+def test_a_decreasing_map_flips_the_tails_and_a_constant_one_is_refused():
+    base = stats.norm(np.array([1.0, -2.0]), np.array([0.5, 2.0]))
+    dist = make_transformed(base, np.negative, np.negative)
+    ref = stats.norm(np.array([-1.0, 2.0]), np.array([0.5, 2.0]))
+    y = np.array([-0.7, 3.1])
+    np.testing.assert_allclose(dist.cdf(y), ref.cdf(y), rtol=1e-12)
+    np.testing.assert_allclose(dist.logpdf(y), ref.logpdf(y), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(dist.ppf(0.2), ref.ppf(0.2), rtol=1e-12)
+    lo, hi = dist.interval(0.8)
+    np.testing.assert_allclose(lo, ref.interval(0.8)[0], rtol=1e-12)
+    assert np.all(lo < hi)
+    with pytest.raises(TypeError, match="not strictly monotone"):
+        make_transformed(base, np.log, lambda z: np.zeros_like(z))
+
+
+def test_a_log_target_model_gives_the_mapped_predictive_and_its_median_is_predict():
+    X, y = _data()
+    model = _log_model().fit(X[:100], y[:100])
+    dist, base = predictive_response(model, X[100:]), model.regressor_.predict_dist(X[100:])
+    yt = y[100:]
+    np.testing.assert_allclose(dist.cdf(yt), base.cdf(np.log(yt)), rtol=1e-12)
+    np.testing.assert_allclose(dist.logpdf(yt), base.logpdf(np.log(yt)) - np.log(yt),
+                               rtol=0, atol=1e-8)
+    np.testing.assert_allclose(dist.interval(0.9), np.exp(base.interval(0.9)), rtol=1e-12)
+    # a Student-t base is symmetric: the median maps to what predict returns
+    np.testing.assert_allclose(dist.median(), model.predict(X[100:]), rtol=1e-12)
+    assert np.all(dist.interval(0.95)[0] > 0)
+    assert nlpd(yt, dist) == pytest.approx(-np.mean(dist.logpdf(yt)))
+
+
+def test_a_target_scaler_shifts_and_scales_the_predictive():
+    X, y = _data()
+    model = TransformedTargetRegressor(
+        StudentTProcessRegressor(**FAST["StudentTProcessRegressor"]),
+        transformer=StandardScaler()).fit(X, y)
+    dist, base = predictive_response(model, X[:20]), model.regressor_.predict_dist(X[:20])
+    m, s = model.transformer_.mean_[0], model.transformer_.scale_[0]
+    np.testing.assert_allclose(dist.logpdf(y[:20]), base.logpdf((y[:20] - m) / s) - np.log(s),
+                               rtol=0, atol=1e-8)
+    np.testing.assert_allclose(dist.ppf(0.3), m + s * base.ppf(0.3), rtol=1e-12)
+
+
+def test_scorers_searches_and_out_of_fold_predictives_accept_a_target_transform():
+    X, y = _data()
+    cv = KFold(3, shuffle=True, random_state=0)
+    scores = cross_val_score(_log_model(), X, y, scoring=neg_nlpd_scorer, cv=cv,
+                             error_score="raise")
+    assert np.all(np.isfinite(scores))
+    train, test = next(cv.split(X))
+    fold = _log_model().fit(X[train], y[train])
+    assert scores[0] == pytest.approx(-nlpd(y[test], predictive_response(fold, X[test])))
+    assert np.all(np.isfinite(cross_val_score(_log_model(), X, y, scoring=neg_crps_scorer,
+                                              cv=cv)))
+    search = GridSearchCV(_log_model(), {"regressor__depth": [1, 2]},
+                          scoring=neg_nlpd_scorer, cv=cv, error_score="raise").fit(X, y)
+    assert np.isfinite(search.best_score_)
+    assert isinstance(predictive_response(search, X[:5]), TransformedDistribution)
+    oof = cross_val_predict_dist(_log_model(), X, y, cv=cv)
+    for k, (train, test) in enumerate(cv.split(X)):
+        part = _log_model().fit(X[train], y[train])
+        np.testing.assert_allclose(oof.cdf(y)[test],
+                                   predictive_response(part, X[test]).cdf(y[test]),
+                                   rtol=1e-10)
+    assert 0.7 <= interval_coverage(y, oof, 0.9) <= 1.0
+
+
+def test_conformal_around_and_inside_a_target_transform():
+    """Around: the conformity scores are normalised by the mapped predictive (before,
+    absolute residuals: one width everywhere). Inside: the conformal interval of log y,
+    mapped back, so positive bounds and the same coverage guarantee."""
+    X, y = _data(n=400)
+    tr, te = slice(0, 250), slice(250, None)
+    around = ConformalRegressor(_log_model(), random_state=0).fit(X[tr], y[tr])
+    lo, hi = around.predict_interval(X[te], 0.9)
+    assert np.std(hi - lo) > 0.1 * np.mean(hi - lo)  # widths follow the predictive
+    inside = _log_model(ConformalRegressor(
+        StudentTProcessRegressor(**FAST["StudentTProcessRegressor"]), random_state=0))
+    inside.fit(X[tr], y[tr])
+    dist = predictive_response(inside, X[te])
+    conf = inside.regressor_.predict_dist(X[te])
+    np.testing.assert_allclose(dist.interval(0.9), np.exp(conf.interval(0.9)), rtol=1e-12)
+    assert np.all(dist.interval(0.9)[0] > 0)
+    with pytest.raises(TypeError, match="no logpdf"):
+        neg_nlpd_scorer(inside, X[te], y[te])
