@@ -511,13 +511,17 @@ class TransformedDistribution:
         from .metrics import _dist_shape
 
         self._shape = tuple(_dist_shape(base))
-        lo = np.asarray(inverse(np.broadcast_to(base.ppf(0.25), self._shape)), dtype=float)
-        hi = np.asarray(inverse(np.broadcast_to(base.ppf(0.75), self._shape)), dtype=float)
-        if not (np.all(np.isfinite(lo) & np.isfinite(hi)) and np.all(lo != hi)):
+        # the direction of the map at each entry, from the base's quartiles (where they are
+        # finite: a conformal predictive on very few rows may have none)
+        q = [np.broadcast_to(np.asarray(base.ppf(p), dtype=float), self._shape)
+             for p in (0.25, 0.75)]
+        known = np.isfinite(q[0]) & np.isfinite(q[1]) & (q[0] < q[1])
+        lo, hi = (np.asarray(inverse(np.where(known, a, 0.0)), dtype=float) for a in q)
+        if not np.all(~known | (np.isfinite(lo) & np.isfinite(hi) & (lo != hi))):
             raise TypeError("the target transform is not strictly monotone (its inverse maps "
                             "the predictive's quartiles to the same or a non-finite value), so "
                             "it gives no predictive distribution of y.")
-        self._decreasing = hi < lo
+        self._decreasing = known & (hi < lo)
 
     @property
     def shape(self):
