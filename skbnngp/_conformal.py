@@ -73,16 +73,13 @@ def score_kind(final):
     Pipeline's last step, a search's best estimator): ``"predictive"`` (it has
     ``predict_dist``), ``"std"`` (its ``predict`` takes ``return_std``, as scikit-learn's GP
     and Bayesian linear models) or ``"absolute"`` (a point prediction only: unnormalised
-    residuals). A ``TransformedTargetRegressor`` whose regressor has ``predict_dist`` is
-    ``"predictive"``: its predictive mapped back to the units of y."""
-    if callable(getattr(final, "predict_dist", None)):
-        return "predictive"
-    from .metrics import _final_step, _is_target_transform
+    residuals). A ``TransformedTargetRegressor`` or ``MultiOutputRegressor`` around
+    regressors with ``predict_dist`` is ``"predictive"`` (see
+    :func:`~skbnngp.metrics.predictive_response`)."""
+    from .metrics import _answers_predict_dist
 
-    if _is_target_transform(final):
-        inner = getattr(final, "regressor_", None)
-        if inner is not None and callable(getattr(_final_step(inner)[0], "predict_dist", None)):
-            return "predictive"
+    if _answers_predict_dist(final):
+        return "predictive"
     try:
         takes_std = "return_std" in inspect.signature(final.predict).parameters
     except (AttributeError, TypeError, ValueError):

@@ -158,7 +158,9 @@ def _warn_unequal_target_noise(name, own):
             f"{name}: the targets share one noise variance, but their residuals ask for "
             f"variances {ratio:.1f} times apart; the noisiest targets' intervals may be "
             "too narrow. Fit one DBKRegressor per target column (each with its own "
-            "noise and intervals) when their noise levels differ.",
+            "noise and intervals; sklearn's MultiOutputRegressor does so, and "
+            "skbnngp.metrics.predictive_response gives its predictive) when their noise "
+            "levels differ.",
             UserWarning, stacklevel=7)
 
 

@@ -449,9 +449,9 @@ default="auto"
         if len(shape) == 2 and shape[1] > 1:
             raise ValueError(f"{type(self).__name__} fits one target, but y has shape "
                              f"{shape}; fit one {type(self).__name__} per column (sklearn's "
-                             "MultiOutputRegressor does so but keeps only the means, not "
-                             "predict_dist or the intervals) or use a multi-output regressor "
-                             "such as StudentTProcessRegressor.")
+                             "MultiOutputRegressor does so; skbnngp.metrics."
+                             "predictive_response gives its predictive) or use a "
+                             "multi-output regressor such as StudentTProcessRegressor.")
         X, y = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2,
                              dtype=np.float64)
         X, y, w = network_weights(self, X, y, sample_weight)

@@ -585,6 +585,93 @@ class TransformedDensity(TransformedDistribution):
         return np.exp(self.logpdf(y))
 
 
+class StackedDistribution:
+    """Column-wise stack of single-target predictives: target ``j`` of every entry is
+    answered by ``parts[j]``.
+
+    The predictive of scikit-learn's ``MultiOutputRegressor`` (one regressor per target),
+    which :func:`skbnngp.metrics.predictive_response` returns: the targets are treated as
+    independent, as the per-target regressors model them. ``logpdf`` and ``pdf`` exist when
+    every part has them; ``mean`` and ``std`` are each part's.
+
+    Parameters
+    ----------
+    parts : list of frozen distributions
+        One per target, each of batch shape ``(n_samples,)``.
+    """
+
+    def __init__(self, parts):
+        from .metrics import _dist_shape
+
+        self.parts = list(parts)
+        shapes = {tuple(_dist_shape(p)) for p in self.parts}
+        if not self.parts or len(shapes) != 1 or len(next(iter(shapes))) != 1:
+            raise ValueError("parts must be one or more predictives of one batch shape "
+                             f"(n_samples,); got shapes {sorted(shapes)}.")
+        self._shape = next(iter(shapes)) + (len(self.parts),)
+
+    @property
+    def shape(self):
+        return self._shape
+
+    def _each(self, method, arg=None, **kwargs):
+        if arg is None:
+            outs = [getattr(p, method)(**kwargs) for p in self.parts]
+        else:
+            arg = np.asarray(arg, dtype=float)
+            arg = np.broadcast_to(arg, np.broadcast_shapes(arg.shape, self._shape))
+            outs = [getattr(p, method)(arg[..., j], **kwargs) for j, p in enumerate(self.parts)]
+        return np.stack([np.asarray(o, dtype=float) for o in outs], axis=-1)
+
+    def cdf(self, y):
+        return self._each("cdf", y)
+
+    def ppf(self, q):
+        return self._each("ppf", q)
+
+    def interval(self, confidence):
+        if not 0 <= confidence <= 1:
+            raise ValueError("confidence must lie in [0, 1].")
+        return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
+
+    def median(self):
+        return self._each("median")
+
+    def mean(self):
+        return self._each("mean")
+
+    def std(self):
+        return self._each("std")
+
+    def rvs(self, size=None, random_state=None):
+        """Independent draws of every target, of shape ``size + shape``."""
+        rng = check_random_state(random_state)
+        lead = () if size is None else ((size,) if np.isscalar(size) else tuple(size))
+        return np.stack([np.asarray(p.rvs(size=lead + self._shape[:1], random_state=rng),
+                                    dtype=float) for p in self.parts], axis=-1)
+
+    def __repr__(self):
+        return f"StackedDistribution(shape={self._shape})"
+
+
+class StackedDensity(StackedDistribution):
+    """A :class:`StackedDistribution` whose parts all have a density: adds ``logpdf`` and
+    ``pdf``."""
+
+    def logpdf(self, y):
+        return self._each("logpdf", y)
+
+    def pdf(self, y):
+        return self._each("pdf", y)
+
+
+def stacked(parts):
+    """:class:`StackedDensity` when every part has a ``logpdf``, else
+    :class:`StackedDistribution`."""
+    dense = all(callable(getattr(p, "logpdf", None)) for p in parts)
+    return (StackedDensity if dense else StackedDistribution)(parts)
+
+
 def transformed(base, forward, inverse):
     """:class:`TransformedDensity` when ``base`` has a ``logpdf``, else
     :class:`TransformedDistribution`."""
@@ -594,4 +681,4 @@ def transformed(base, forward, inverse):
 
 
 __all__ = ["ConformalPredictiveDistribution", "NormalMixture", "OutOfFoldDistribution",
-           "ScaleMixtureNormal", "TransformedDistribution"]
+           "ScaleMixtureNormal", "StackedDistribution", "TransformedDistribution"]

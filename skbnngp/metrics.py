@@ -975,6 +975,29 @@ def _is_target_transform(estimator):
     return isinstance(estimator, TransformedTargetRegressor)
 
 
+def _is_per_target(estimator):
+    """Whether ``estimator`` is scikit-learn's ``MultiOutputRegressor`` (its predictive
+    stacks its per-target regressors' predictives)."""
+    from sklearn.multioutput import MultiOutputRegressor
+
+    return isinstance(estimator, MultiOutputRegressor)
+
+
+def _answers_predict_dist(final):
+    """Whether :func:`predictive_response` gives a fitted final step's predictive: it has
+    ``predict_dist``, or it is a target transform or a per-target wrapper around regressors
+    that have one."""
+    if callable(getattr(final, "predict_dist", None)):
+        return True
+    if _is_target_transform(final):
+        inner = getattr(final, "regressor_", None)
+        return inner is not None and _answers_predict_dist(_final_step(inner)[0])
+    if _is_per_target(final):
+        inner = getattr(final, "estimators_", None)
+        return bool(inner) and all(_answers_predict_dist(_final_step(e)[0]) for e in inner)
+    return False
+
+
 def _target_maps(ttr, shape):
     """``(forward, inverse)``: a fitted ``TransformedTargetRegressor``'s target transform
     and its inverse as elementwise maps on arrays whose trailing axes are ``shape`` (the
@@ -1001,7 +1024,9 @@ def predictive_response(estimator, X, method="predict_dist"):
     ``predictive_response(make_pipeline(StandardScaler(), reg), X)`` is the predictive
     distribution of ``reg`` on the scaled ``X``. A ``TransformedTargetRegressor``'s
     predictive is its regressor's, mapped back to the units of y through the inverse
-    transform (a :class:`~skbnngp.distributions.TransformedDistribution`).
+    transform (a :class:`~skbnngp.distributions.TransformedDistribution`); a
+    ``MultiOutputRegressor``'s stacks its per-target regressors' predictives (a
+    :class:`~skbnngp.distributions.StackedDistribution`).
 
     Parameters
     ----------
@@ -1039,6 +1064,12 @@ def predictive_response(estimator, X, method="predict_dist"):
         from .distributions import transformed
 
         return transformed(dist, *_target_maps(final, _dist_shape(dist)))
+    if method == "predict_dist" and _is_per_target(final):
+        check_is_fitted(final)
+        Xt = transform(X)
+        from .distributions import stacked
+
+        return stacked([predictive_response(e, Xt, method) for e in final.estimators_])
     if not callable(getattr(final, method, None)):
         inner = "" if final is estimator else f" (the final step of {type(estimator).__name__})"
         raise TypeError(f"{type(final).__name__}{inner} has no {method}(X), so this score of "

@@ -51,13 +51,15 @@ def _unfitted_final(estimator):
     search's ``estimator``."""
     from sklearn.model_selection._search import BaseSearchCV
 
-    from .metrics import _final_step, _is_target_transform
+    from .metrics import _final_step, _is_per_target, _is_target_transform
 
     final = _final_step(estimator)[0]
     if isinstance(final, BaseSearchCV) and not hasattr(final, "predict_dist"):
         return _unfitted_final(final.estimator)
     if _is_target_transform(final) and final.regressor is not None:
         return _unfitted_final(final.regressor)  # its regressor's predictive, mapped to y
+    if _is_per_target(final):
+        return _unfitted_final(final.estimator)  # its regressors' predictives, stacked
     return final
 
 

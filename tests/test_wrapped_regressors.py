@@ -1,9 +1,10 @@
-"""Predictives of regressors fitted on transformed targets (``TransformedTargetRegressor``).
+"""Predictives of scikit-learn's wrappers around package regressors: a regressor fitted on
+transformed targets (``TransformedTargetRegressor``) and one regressor per target
+(``MultiOutputRegressor``).
 
-Before, ``predictive_response`` and every predictive scorer refused a
-``TransformedTargetRegressor`` (no ``predict_dist``), and ``ConformalRegressor`` around one
-used unnormalised residuals: intervals of one width, below zero for most rows of a positive
-target.
+Before, ``predictive_response``, every predictive scorer and ``cross_val_predict_dist``
+refused both (no ``predict_dist``), and ``ConformalRegressor`` around one used unnormalised
+residuals: intervals of one width, below zero for most rows of a positive target.
 """
 
 import numpy as np
@@ -11,10 +12,11 @@ import pytest
 from scipy import stats
 from sklearn.compose import TransformedTargetRegressor
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.multioutput import MultiOutputRegressor
 from sklearn.preprocessing import StandardScaler
 
 from skbnngp import ConformalRegressor, StudentTProcessRegressor
-from skbnngp.distributions import TransformedDistribution
+from skbnngp.distributions import StackedDensity, StackedDistribution, TransformedDistribution
 from skbnngp.distributions import transformed as make_transformed
 from skbnngp.metrics import (crps, interval_coverage, neg_crps_scorer, neg_nlpd_scorer, nlpd,
                              predictive_response)
@@ -136,6 +138,12 @@ def test_conformal_around_and_inside_a_target_transform():
     X, y = _data(n=400)
     tr, te = slice(0, 250), slice(250, None)
     around = ConformalRegressor(_log_model(), random_state=0).fit(X[tr], y[tr])
+    cal = around.calibration_indices_
+    pred = predictive_response(around.estimators_[0], X[tr][cal])
+    lo50, hi50 = pred.interval(0.5)
+    np.testing.assert_allclose(around.conformity_scores_,
+                               (y[tr][cal] - pred.median()) / (0.5 * (hi50 - lo50)),
+                               rtol=1e-10)
     lo, hi = around.predict_interval(X[te], 0.9)
     assert np.std(hi - lo) > 0.1 * np.mean(hi - lo)  # widths follow the predictive
     inside = _log_model(ConformalRegressor(
@@ -147,3 +155,73 @@ def test_conformal_around_and_inside_a_target_transform():
     assert np.all(dist.interval(0.9)[0] > 0)
     with pytest.raises(TypeError, match="no logpdf"):
         neg_nlpd_scorer(inside, X[te], y[te])
+
+
+def _two_targets(n=150, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.normal(size=(n, 2))
+    Y = np.c_[np.sin(X[:, 0]) + 0.1 * rng.normal(size=n),
+              10 + 5 * X[:, 1] + 3 * rng.standard_t(3, size=n)]
+    return X, Y
+
+
+def _per_target(regressor=None):
+    return MultiOutputRegressor(
+        regressor or StudentTProcessRegressor(**FAST["StudentTProcessRegressor"]))
+
+
+def test_a_per_target_model_stacks_its_regressors_predictives():
+    X, Y = _two_targets()
+    model = _per_target().fit(X[:100], Y[:100])
+    dist = predictive_response(model, X[100:])
+    assert isinstance(dist, StackedDensity) and dist.shape == (50, 2)
+    for j, est in enumerate(model.estimators_):
+        own = est.predict_dist(X[100:])
+        np.testing.assert_array_equal(dist.cdf(Y[100:])[:, j], own.cdf(Y[100:, j]))
+        np.testing.assert_array_equal(dist.logpdf(Y[100:])[:, j], own.logpdf(Y[100:, j]))
+        np.testing.assert_array_equal(dist.interval(0.9)[1][:, j], own.interval(0.9)[1])
+        np.testing.assert_array_equal(dist.std()[:, j], own.std())
+    np.testing.assert_allclose(dist.median(), model.predict(X[100:]), rtol=1e-12)
+    per_column = [nlpd(Y[100:, j], e.predict_dist(X[100:]))
+                  for j, e in enumerate(model.estimators_)]
+    assert nlpd(Y[100:], dist) == pytest.approx(np.mean(per_column), rel=1e-12)
+    assert dist.rvs(size=4, random_state=0).shape == (4, 50, 2)
+
+
+def test_scorers_searches_and_out_of_fold_predictives_accept_a_per_target_model():
+    X, Y = _two_targets()
+    cv = KFold(3, shuffle=True, random_state=0)
+    scores = cross_val_score(_per_target(), X, Y, scoring=neg_nlpd_scorer, cv=cv,
+                             error_score="raise")
+    train, test = next(cv.split(X))
+    fold = _per_target().fit(X[train], Y[train])
+    assert scores[0] == pytest.approx(-nlpd(Y[test], predictive_response(fold, X[test])))
+    search = GridSearchCV(_per_target(), {"estimator__depth": [1, 2]},
+                          scoring=neg_crps_scorer, cv=cv, error_score="raise").fit(X, Y)
+    assert np.isfinite(search.best_score_)
+    oof = cross_val_predict_dist(_per_target(), X, Y, cv=cv)
+    assert oof.shape == Y.shape
+    np.testing.assert_allclose(oof.cdf(Y)[test], predictive_response(fold, X[test]).cdf(
+        Y[test]), rtol=1e-10)
+
+
+def test_conformal_around_and_inside_a_per_target_model():
+    X, Y = _two_targets(n=300)
+    around = ConformalRegressor(_per_target(), random_state=0).fit(X[:200], Y[:200])
+    assert around.predict_interval(X[200:], 0.9)[0].shape == (100, 2)
+    # the scores are the residuals normalised by the stacked predictive (before: absolute)
+    cal = around.calibration_indices_
+    pred = predictive_response(around.estimators_[0], X[:200][cal])
+    lo50, hi50 = pred.interval(0.5)
+    np.testing.assert_allclose(around.conformity_scores_,
+                               (Y[:200][cal] - pred.median()) / (0.5 * (hi50 - lo50)),
+                               rtol=1e-10)
+    inside = _per_target(ConformalRegressor(
+        StudentTProcessRegressor(**FAST["StudentTProcessRegressor"]), random_state=0))
+    inside.fit(X[:200], Y[:200])
+    dist = predictive_response(inside, X[200:])
+    assert type(dist) is StackedDistribution  # the conformal parts have no density
+    np.testing.assert_array_equal(dist.interval(0.9)[0][:, 1],
+                                  inside.estimators_[1].predict_dist(X[200:]).interval(0.9)[0])
+    with pytest.raises(TypeError, match="no logpdf"):
+        neg_nlpd_scorer(inside, X[200:], Y[200:])
