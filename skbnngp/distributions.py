@@ -548,7 +548,9 @@ class TransformedDistribution:
     def interval(self, confidence):
         if not 0 <= confidence <= 1:
             raise ValueError("confidence must lie in [0, 1].")
-        a, b = self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
+        a, b = (np.asarray(self.inverse(np.broadcast_to(np.asarray(v, dtype=float),
+                                                        self._shape)), dtype=float)
+                for v in self.base.interval(confidence))  # the base's own rounding
         return np.minimum(a, b), np.maximum(a, b)
 
     def median(self):
@@ -632,7 +634,9 @@ class StackedDistribution:
     def interval(self, confidence):
         if not 0 <= confidence <= 1:
             raise ValueError("confidence must lie in [0, 1].")
-        return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
+        bounds = [p.interval(confidence) for p in self.parts]  # each part's own rounding
+        return tuple(np.stack([np.asarray(b[k], dtype=float) for b in bounds], axis=-1)
+                     for k in (0, 1))
 
     def median(self):
         return self._each("median")
@@ -665,14 +669,14 @@ class StackedDensity(StackedDistribution):
         return self._each("pdf", y)
 
 
-def stacked(parts):
+def _stacked(parts):
     """:class:`StackedDensity` when every part has a ``logpdf``, else
     :class:`StackedDistribution`."""
     dense = all(callable(getattr(p, "logpdf", None)) for p in parts)
     return (StackedDensity if dense else StackedDistribution)(parts)
 
 
-def transformed(base, forward, inverse):
+def _transformed(base, forward, inverse):
     """:class:`TransformedDensity` when ``base`` has a ``logpdf``, else
     :class:`TransformedDistribution`."""
     cls = TransformedDensity if callable(getattr(base, "logpdf", None)) \

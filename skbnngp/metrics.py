@@ -1061,15 +1061,15 @@ def predictive_response(estimator, X, method="predict_dist"):
     if method == "predict_dist" and _is_target_transform(final):
         check_is_fitted(final)
         dist = predictive_response(final.regressor_, transform(X), method)
-        from .distributions import transformed
+        from .distributions import _transformed
 
-        return transformed(dist, *_target_maps(final, _dist_shape(dist)))
+        return _transformed(dist, *_target_maps(final, _dist_shape(dist)))
     if method == "predict_dist" and _is_per_target(final):
         check_is_fitted(final)
         Xt = transform(X)
-        from .distributions import stacked
+        from .distributions import _stacked
 
-        return stacked([predictive_response(e, Xt, method) for e in final.estimators_])
+        return _stacked([predictive_response(e, Xt, method) for e in final.estimators_])
     if not callable(getattr(final, method, None)):
         inner = "" if final is estimator else f" (the final step of {type(estimator).__name__})"
         raise TypeError(f"{type(final).__name__}{inner} has no {method}(X), so this score of "

@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 
 from skbnngp import ConformalRegressor, StudentTProcessRegressor
 from skbnngp.distributions import StackedDensity, StackedDistribution, TransformedDistribution
-from skbnngp.distributions import transformed as make_transformed
+from skbnngp.distributions import _transformed as make_transformed
 from skbnngp.metrics import (crps, interval_coverage, neg_crps_scorer, neg_nlpd_scorer, nlpd,
                              predictive_response)
 from skbnngp.model_selection import cross_val_predict_dist
