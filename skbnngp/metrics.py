@@ -1081,11 +1081,37 @@ def predictive_response(estimator, X, method="predict_dist"):
 class _PredictiveScorer:
     """Callable ``scorer(estimator, X, y, sample_weight=None)`` as GridSearchCV expects."""
 
-    def __init__(self, score_func, response_method, sign, kwargs):
+    def __init__(self, score_func, response_method, sign, kwargs, sample_weight=None):
         self._score_func = score_func
         self._response_method = response_method
         self._sign = sign
         self._kwargs = kwargs
+        self._sample_weight_request = sample_weight
+
+    def set_score_request(self, *, sample_weight=None):
+        """Whether ``sample_weight`` is routed to this scorer when scikit-learn's metadata
+        routing is on (``sklearn.set_config(enable_metadata_routing=True)``), as
+        scikit-learn's scorers' ``set_score_request``: True, False, None (an error if
+        weights are passed; the default) or an alias.
+
+        Returns a new scorer (the package's scorers are shared module objects, which a
+        request must not change for every caller).
+        """
+        from sklearn.utils.metadata_routing import MetadataRequest
+
+        MetadataRequest(owner="check").score.add_request(param="sample_weight",
+                                                         alias=sample_weight)
+        return _PredictiveScorer(self._score_func, self._response_method, self._sign,
+                                 dict(self._kwargs), sample_weight)
+
+    def get_metadata_routing(self):
+        """The scorer's metadata request (``sample_weight`` for ``score``), read by
+        scikit-learn's routing."""
+        from sklearn.utils.metadata_routing import MetadataRequest
+
+        request = MetadataRequest(owner=repr(self))
+        request.score.add_request(param="sample_weight", alias=self._sample_weight_request)
+        return request
 
     def __call__(self, estimator, X, y_true, sample_weight=None):
         y_true = self._check_y(X, y_true)

@@ -592,3 +592,36 @@ def test_calibration_metrics_reject_bad_weights_naming_them():
                                    sample_weight=np.zeros(5))
     with pytest.raises(ValueError, match="sample_weight_out"):
         ood_auroc(np.zeros(3), np.ones(3), sample_weight_out=[1.0, -1.0, 1.0])
+
+
+def test_scorers_take_sample_weight_through_metadata_routing_as_sklearns_do():
+    """With scikit-learn's metadata routing on, weights passed to ``cross_validate`` reach
+    a scorer only if it requests them, and an unset request is an error, as for
+    scikit-learn's scorers. Before, the package's scorers had no request: the weights
+    were silently left out of the score."""
+    import sklearn
+    from sklearn.exceptions import UnsetMetadataPassedError
+    from sklearn.model_selection import KFold
+
+    from skbnngp import StudentTProcessRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = X[:, 0] + 0.3 * rng.normal(size=60)
+    w = rng.integers(1, 4, size=60).astype(float)
+    cv = KFold(3)
+    requested = neg_crps_scorer.set_score_request(sample_weight=True)
+    assert requested is not neg_crps_scorer  # the shared scorer keeps its (unset) request
+    assert neg_crps_scorer.get_metadata_routing().score.requests["sample_weight"] is None
+    with sklearn.config_context(enable_metadata_routing=True):
+        est = StudentTProcessRegressor(max_iter=5).set_fit_request(sample_weight=True)
+        with pytest.raises(UnsetMetadataPassedError, match="sample_weight"):
+            cross_validate(est, X, y, scoring=neg_crps_scorer, cv=cv,
+                           params={"sample_weight": w})
+        scores = cross_validate(est, X, y, scoring=requested, cv=cv,
+                                params={"sample_weight": w})["test_score"]
+    for score, (train, test) in zip(scores, cv.split(X)):
+        model = StudentTProcessRegressor(max_iter=5).fit(X[train], y[train],
+                                                         sample_weight=w[train])
+        assert score == pytest.approx(-crps(y[test], model.predict_dist(X[test]),
+                                            sample_weight=w[test]), rel=1e-10)
