@@ -1099,6 +1099,7 @@ class _PredictiveScorer:
         """
         from sklearn.utils.metadata_routing import MetadataRequest
 
+        # scikit-learn's own check of the value (True, False, None or an alias)
         MetadataRequest(owner="check").score.add_request(param="sample_weight",
                                                          alias=sample_weight)
         return _PredictiveScorer(self._score_func, self._response_method, self._sign,
