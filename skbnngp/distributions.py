@@ -518,9 +518,11 @@ class TransformedDistribution:
         known = np.isfinite(q[0]) & np.isfinite(q[1]) & (q[0] < q[1])
         lo, hi = (np.asarray(inverse(np.where(known, a, 0.0)), dtype=float) for a in q)
         if not np.all(~known | (np.isfinite(lo) & np.isfinite(hi) & (lo != hi))):
-            raise TypeError("the target transform is not strictly monotone (its inverse maps "
-                            "the predictive's quartiles to the same or a non-finite value), so "
-                            "it gives no predictive distribution of y.")
+            raise TypeError("the target transform's inverse is not finite or not strictly "
+                            "monotone at the predictive's quartiles (they map to NaN, an "
+                            "infinity or one value), so it gives no predictive distribution "
+                            "of y; a transform of bounded range (Yeo-Johnson with a negative "
+                            "lambda) cannot map a predictive's tail back.")
         self._decreasing = known & (hi < lo)
 
     @property

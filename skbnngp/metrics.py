@@ -1010,10 +1010,21 @@ def _target_maps(ttr, shape):
     n_targets = shape[-1] if len(shape) == 2 else 1
 
     def through(method):
+        fn = getattr(ttr.transformer_, method)
+
         def apply(a):
             a = np.asarray(a, dtype=np.float64)
-            out = getattr(ttr.transformer_, method)(a.reshape(-1, n_targets))
-            return np.asarray(out, dtype=np.float64).reshape(a.shape)
+            flat = a.reshape(-1, n_targets)
+            try:
+                out = np.asarray(fn(flat), dtype=np.float64)
+            except ValueError:  # values outside the transform's domain (Box-Cox: y <= 0):
+                out = np.full(flat.shape, np.nan)  # NaN there, as np.log gives
+                for i in range(flat.shape[0]):
+                    try:
+                        out[i] = fn(flat[i:i + 1])[0]
+                    except ValueError:
+                        pass
+            return out.reshape(a.shape)
         return apply
     return through("transform"), through("inverse_transform")
 

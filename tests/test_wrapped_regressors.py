@@ -76,7 +76,7 @@ def test_a_decreasing_map_flips_the_tails_and_a_constant_one_is_refused():
     lo, hi = dist.interval(0.8)
     np.testing.assert_allclose(lo, ref.interval(0.8)[0], rtol=1e-12)
     assert np.all(lo < hi)
-    with pytest.raises(TypeError, match="not strictly monotone"):
+    with pytest.raises(TypeError, match="not finite or not strictly"):
         make_transformed(base, np.log, lambda z: np.zeros_like(z))
 
 
@@ -105,6 +105,21 @@ def test_a_target_scaler_shifts_and_scales_the_predictive():
     np.testing.assert_allclose(dist.logpdf(y[:20]), base.logpdf((y[:20] - m) / s) - np.log(s),
                                rtol=0, atol=1e-8)
     np.testing.assert_allclose(dist.ppf(0.3), m + s * base.ppf(0.3), rtol=1e-12)
+
+
+def test_a_transformer_that_refuses_part_of_the_line_gives_no_mass_there():
+    """Box-Cox's transform raises on y <= 0 (NumPy's log gives NaN): the cdf is 0 there
+    and the numerical CRPS, whose tails reach below 0, is finite."""
+    from sklearn.preprocessing import PowerTransformer
+
+    X, y = _data()
+    model = TransformedTargetRegressor(
+        StudentTProcessRegressor(**FAST["StudentTProcessRegressor"]),
+        transformer=PowerTransformer(method="box-cox")).fit(X, y)
+    dist = predictive_response(model, X[:10])
+    assert np.all(dist.cdf(np.full(10, -1.0)) == 0.0)
+    assert np.all(dist.logpdf(np.full(10, -1.0)) == -np.inf)
+    assert np.isfinite(crps(y[:10], dist))
 
 
 def test_scorers_searches_and_out_of_fold_predictives_accept_a_target_transform():
