@@ -506,8 +506,23 @@ def crps(y_true, dist, *, sample_weight=None, multioutput="uniform_average", met
 def _crps_values(y, dist, method, n_nodes):
     """The CRPS of every entry (``y`` already of ``dist``'s batch shape); an out-of-fold
     union is scored part by part, each part by its own closed form where it has one."""
-    from .distributions import ConformalPredictiveDistribution, OutOfFoldDistribution
+    from .distributions import (ConformalPredictiveDistribution, OutOfFoldDistribution,
+                                StackedDistribution, TransformedDistribution)
 
+    if isinstance(dist, StackedDistribution):  # each target by its own part's rule
+        y = np.broadcast_to(y, np.broadcast_shapes(y.shape, dist.shape))
+        return np.stack([_crps_values(y[..., j], part, method, n_nodes)
+                         for j, part in enumerate(dist.parts)], axis=-1)
+    if isinstance(dist, TransformedDistribution) and isinstance(
+            dist.base, ConformalPredictiveDistribution) and method != "numerical":
+        # the candidate values mapped through the inverse transform, as for the base
+        base = dist.base
+        mapped = np.moveaxis(dist.inverse(np.moveaxis(base.points, -1, 0)), 0, -1)
+        order = np.argsort(mapped, axis=-1, kind="stable")
+        weights = None if base.weights is None else np.take_along_axis(
+            np.broadcast_to(base.weights, mapped.shape), order, axis=-1)
+        return _crps_points(np.broadcast_to(y, _broadcast(y, dist)),
+                            np.take_along_axis(mapped, order, axis=-1), weights)
     if isinstance(dist, OutOfFoldDistribution):
         values = np.empty(np.broadcast_shapes(y.shape, dist.shape))
         y = np.broadcast_to(y, values.shape)

@@ -170,6 +170,12 @@ def test_conformal_around_and_inside_a_target_transform():
     assert np.all(dist.interval(0.9)[0] > 0)
     with pytest.raises(TypeError, match="no logpdf"):
         neg_nlpd_scorer(inside, X[te], y[te])
+    # its CRPS scores the mapped candidate values, as for the conformal predictive itself
+    # (before: the quadrature, which the masses at +-inf make diverge, raised)
+    from skbnngp.metrics import _crps_points
+
+    by_hand = _crps_points(y[te], np.exp(conf.points), conf.weights).mean()
+    assert crps(y[te], dist) == pytest.approx(by_hand, rel=1e-12)
 
 
 def _two_targets(n=150, seed=0):
@@ -240,3 +246,6 @@ def test_conformal_around_and_inside_a_per_target_model():
                                   inside.estimators_[1].predict_dist(X[200:]).interval(0.9)[0])
     with pytest.raises(TypeError, match="no logpdf"):
         neg_nlpd_scorer(inside, X[200:], Y[200:])
+    per_target = [crps(Y[200:, j], e.predict_dist(X[200:]))
+                  for j, e in enumerate(inside.estimators_)]
+    assert crps(Y[200:], dist) == pytest.approx(np.mean(per_target), rel=1e-12)
