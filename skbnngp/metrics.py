@@ -1131,6 +1131,14 @@ class _PredictiveScorer:
         return _PredictiveScorer(self._score_func, self._response_method, self._sign,
                                  dict(self._kwargs), sample_weight)
 
+    def _accept_sample_weight(self):
+        """Whether the metric takes ``sample_weight``: scikit-learn's searches ask every
+        scorer of a multi-metric ``scoring`` this (without metadata routing) before passing
+        the weights given to ``fit`` on to it."""
+        from inspect import signature
+
+        return "sample_weight" in signature(self._score_func).parameters
+
     def get_metadata_routing(self):
         """The scorer's metadata request (``sample_weight`` for ``score``), read by
         scikit-learn's routing."""

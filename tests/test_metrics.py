@@ -625,3 +625,29 @@ def test_scorers_take_sample_weight_through_metadata_routing_as_sklearns_do():
                                                          sample_weight=w[train])
         assert score == pytest.approx(-crps(y[test], model.predict_dist(X[test]),
                                             sample_weight=w[test]), rel=1e-10)
+
+
+def test_a_multi_metric_search_with_weights_passes_them_to_the_scorers():
+    """scikit-learn's searches (without metadata routing) ask each scorer of a dict
+    ``scoring`` whether it takes ``sample_weight`` before passing on the weights given to
+    ``fit``. The package's scorers had no answer: ``GridSearchCV(scoring={"nlpd":
+    neg_nlpd_scorer, ...}).fit(X, y, sample_weight=w)`` raised an AttributeError."""
+    from sklearn.model_selection import KFold
+
+    from skbnngp import StudentTProcessRegressor
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 2))
+    y = X[:, 0] + 0.3 * rng.normal(size=60)
+    w = rng.integers(1, 4, size=60).astype(float)
+    cv = KFold(3)
+    search = GridSearchCV(StudentTProcessRegressor(max_iter=5), {"depth": [1, 2]},
+                          scoring={"nlpd": neg_nlpd_scorer, "crps": neg_crps_scorer,
+                                   "r2": "r2"},
+                          refit="nlpd", cv=cv, error_score="raise").fit(X, y, sample_weight=w)
+    train, test = next(cv.split(X))
+    for k, depth in enumerate((1, 2)):
+        model = StudentTProcessRegressor(max_iter=5, depth=depth).fit(
+            X[train], y[train], sample_weight=w[train])
+        expected = -nlpd(y[test], model.predict_dist(X[test]), sample_weight=w[test])
+        assert search.cv_results_["split0_test_nlpd"][k] == pytest.approx(expected, rel=1e-10)
