@@ -108,7 +108,7 @@ def predictive_location_scale(estimator, X):
         scale = _GAUSSIAN_HALF_IQR * np.broadcast_to(np.asarray(std, dtype=np.float64),
                                                      loc.shape)
     else:
-        dist = predictive_response(final, Xt)  # a target transform's mapped to y
+        dist = predictive_response(final, Xt)  # wrappers' predictives too
         lo, hi = dist.interval(0.5)
         loc = np.asarray(dist.median(), dtype=np.float64)
         scale = 0.5 * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))
@@ -151,7 +151,8 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
     conformal predictive system: the central intervals of :meth:`predict_interval` cover a
     new target with probability at least the nominal level in finite samples, whatever the
     model's calibration (for ``method="split"``; see Notes for ``"cv+"``). The scores are
-    normalised by the model's own predictive (``predict_dist``: every skbnngp regressor),
+    normalised by the model's own predictive (``predict_dist``: every skbnngp regressor,
+    also inside scikit-learn's ``TransformedTargetRegressor`` or ``MultiOutputRegressor``),
     or by its standard deviation (``predict(X, return_std=True)``: scikit-learn's
     ``GaussianProcessRegressor``, ``BayesianRidge``), so that the intervals follow its
     uncertainty; a point predictor gets intervals of one width (absolute residuals).

@@ -88,8 +88,9 @@ def cross_val_predict_dist(estimator, X, y, *, groups=None, cv=5, n_jobs=None, p
     Parameters
     ----------
     estimator : estimator object
-        A regressor with ``predict_dist`` (or a Pipeline ending in one, or a
-        ``TransformedTargetRegressor`` around one: its predictive mapped to y).
+        A regressor with ``predict_dist``, or a Pipeline ending in one, or scikit-learn's
+        ``TransformedTargetRegressor`` or ``MultiOutputRegressor`` around one (see
+        :func:`~skbnngp.metrics.predictive_response`).
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,) or (n_samples, n_targets)
     groups : array-like of shape (n_samples,), default=None
