@@ -263,6 +263,45 @@ def warn_light_weights(estimator, weights):
         UserWarning, stacklevel=4)
 
 
+#: A column with two values warns when the rarer one is on fewer than ``RARE_VALUE_ROWS``
+#: distinct training rows and at most ``RARE_VALUE_SHARE`` of them: where the network
+#: estimators' coverage of inputs with the rare value fell far below nominal in the
+#: measurement behind it (doc/whats_new.rst, rare categories).
+RARE_VALUE_ROWS, RARE_VALUE_SHARE = 20, 0.05
+
+
+def warn_rare_binary_values(estimator, X, sample_weight=None):
+    """Warn when a column of ``X`` (distinct training rows) takes two values and the rarer
+    one is on only a handful of rows of positive weight: a trained network can fit those
+    rows and carry a spurious effect to every new input with that value, where its
+    predictive can be far off and its calibration, read on rows like the training rows,
+    does not see it. For the network regressors; FiD-GP's usual inputs (images, sparse
+    counts) hold many such columns, where the warning would say nothing new."""
+    X = np.asarray(X)
+    if sample_weight is not None:
+        X = X[np.asarray(sample_weight) > 0]
+    n = X.shape[0]
+    if n < 2:
+        return
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    at_lo = (X == lo).sum(axis=0)
+    two = (lo < hi) & (at_lo + (X == hi).sum(axis=0) == n)
+    rare = np.minimum(at_lo, n - at_lo)
+    cols = np.flatnonzero(two & (rare < RARE_VALUE_ROWS) & (rare <= RARE_VALUE_SHARE * n))
+    if cols.size == 0:
+        return
+    shown = ", ".join(f"{j} ({rare[j]} rows)" for j in cols[:5])
+    more = f" and {cols.size - 5} more" if cols.size > 5 else ""
+    warnings.warn(
+        f"{type(estimator).__name__}: column(s) {shown}{more} of X take one of their two "
+        "values on only a few training rows. A trained network can fit those rows and "
+        "carry a spurious effect to every new input with that value, where its predictions "
+        "and intervals can be far off; the calibration reads rows like the training rows "
+        "and does not see it (User Guide: rare categories and sparse regions). Check such "
+        "inputs on a split that holds those rows out, or merge the rare value.",
+        UserWarning, stacklevel=5)
+
+
 def network_weights(estimator, X, y, sample_weight):
     """A network's training rows: ``sample_weight`` checked (:func:`check_weights`) and the
     rows merged by :func:`collapse_rows`, so that integer weights and the rows repeated in

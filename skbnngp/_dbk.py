@@ -44,6 +44,7 @@ from ._base import (
     network_weights,
     transactional,
     user_network,
+    warn_rare_binary_values,
     warn_training,
     weighted_median,
 )
@@ -604,6 +605,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                              ensure_min_samples=2, dtype=np.float64)
         X, y, w = network_weights(self, X, y, sample_weight)
+        warn_rare_binary_values(self, X, w)
         device, dtype = self._resolve_runtime()
         seed = int(rng.randint(np.iinfo(np.int32).max))
         fit_input_scaling(self, X, self.normalize_X, "minmax_half")

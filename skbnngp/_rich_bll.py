@@ -40,6 +40,7 @@ from ._base import (
     network_weights,
     transactional,
     user_network,
+    warn_rare_binary_values,
     warn_training,
     weighted_median,
 )
@@ -455,6 +456,7 @@ default="auto"
         X, y = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2,
                              dtype=np.float64)
         X, y, w = network_weights(self, X, y, sample_weight)
+        warn_rare_binary_values(self, X, w)
         device, dtype = self._resolve_runtime()
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(np.iinfo(np.int32).max))

@@ -138,3 +138,39 @@ def test_classifier_predict_agrees_with_proba_on_tied_inputs():
     clf = StudentTProcessClassifier(max_iter=3, device="cpu", random_state=0).fit(X, y)
     P = clf.predict_proba(X)
     np.testing.assert_array_equal(clf.predict(X), clf.classes_[P.argmax(1)])
+
+
+@pytest.mark.parametrize("name", ["DBKRegressor", "RichBLLRegressor"])
+def test_network_regressors_warn_of_a_binary_column_with_a_rare_value(name):
+    """A flag set on a handful of rows lets a trained network fit those rows and carry a
+    spurious effect to every new input with the flag (user guide, rare categories): the fit
+    warns, naming the column and its count. Not for a common value, a column of three
+    values, a flag on 20 rows, or rare rows of weight zero (dropped)."""
+    import warnings
+
+    Est = dict(all_estimators())[name]
+    rng = np.random.default_rng(0)
+    n = 300
+    base = rng.normal(size=(n, 2))
+    y = base[:, 0]
+    flag = np.zeros(n)
+    flag[:4] = 1.0
+
+    def messages(X, **fit):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            Est(**FAST.get(name, {})).fit(X, y, **fit)
+        return [str(r.message) for r in rec if "two values" in str(r.message)]
+
+    found = messages(np.c_[base, flag])
+    assert len(found) == 1 and "column(s) 2 (4 rows)" in found[0]
+    three = flag.copy()
+    three[4:150] = 2.0
+    common = (rng.random(n) < 0.5).astype(float)
+    twenty = np.zeros(n)
+    twenty[:20] = 1.0
+    for X in (np.c_[base, common], np.c_[base, three], np.c_[base, twenty]):
+        assert messages(X) == []
+    w = np.ones(n)
+    w[:4] = 0.0
+    assert messages(np.c_[base, flag], sample_weight=w) == []
