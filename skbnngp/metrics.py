@@ -1024,21 +1024,61 @@ def _target_maps(ttr, shape):
         return fn(ttr.func), fn(ttr.inverse_func)
     n_targets = shape[-1] if len(shape) == 2 else 1
 
+    def rows(fn, flat):
+        # rows outside the transform's domain (Box-Cox: y <= 0) give NaN, as np.log does:
+        # halve a block that raises until its rows are found
+        try:
+            return np.asarray(fn(flat), dtype=np.float64)
+        except ValueError:
+            if flat.shape[0] == 1:
+                return np.full(flat.shape, np.nan)
+            half = flat.shape[0] // 2
+            return np.concatenate([rows(fn, flat[:half]), rows(fn, flat[half:])])
+
+    def sorted_rows(fn, col):
+        # one sorted column: a monotone transform's domain is an interval, so its rows are
+        # one block, found by bisection from a row inside it (O(log n) calls, not O(n))
+        try:
+            return np.asarray(fn(col), dtype=np.float64)
+        except ValueError:
+            pass
+
+        def ok(i):
+            try:
+                fn(col[i:i + 1])
+                return True
+            except ValueError:
+                return False
+        n = col.shape[0]
+        inside = next((i for i in np.linspace(0, n - 1, 17).astype(int) if ok(i)), None)
+        if inside is None:
+            return rows(fn, col)
+        lo_bad, hi_ok = -1, inside  # the first row inside lies in (lo_bad, hi_ok]
+        while hi_ok - lo_bad > 1:
+            mid = (lo_bad + hi_ok) // 2
+            lo_bad, hi_ok = (lo_bad, mid) if ok(mid) else (mid, hi_ok)
+        lo_ok, hi_bad = inside, n  # the last row inside lies in [lo_ok, hi_bad)
+        while hi_bad - lo_ok > 1:
+            mid = (lo_ok + hi_bad) // 2
+            lo_ok, hi_bad = (mid, hi_bad) if ok(mid) else (lo_ok, mid)
+        out = np.full(col.shape, np.nan)
+        try:
+            out[hi_ok:lo_ok + 1] = np.asarray(fn(col[hi_ok:lo_ok + 1]), dtype=np.float64)
+        except ValueError:  # not an interval after all
+            return rows(fn, col)
+        return out
+
     def through(method):
         fn = getattr(ttr.transformer_, method)
 
         def apply(a):
             a = np.asarray(a, dtype=np.float64)
             flat = a.reshape(-1, n_targets)
-            try:
-                out = np.asarray(fn(flat), dtype=np.float64)
-            except ValueError:  # values outside the transform's domain (Box-Cox: y <= 0):
-                out = np.full(flat.shape, np.nan)  # NaN there, as np.log gives
-                for i in range(flat.shape[0]):
-                    try:
-                        out[i] = fn(flat[i:i + 1])[0]
-                    except ValueError:
-                        pass
+            if n_targets > 1:
+                return rows(fn, flat).reshape(a.shape)
+            order = np.argsort(flat[:, 0], kind="stable")
+            out = np.empty(flat.shape)
+            out[order] = sorted_rows(fn, flat[order])
             return out.reshape(a.shape)
         return apply
     return through("transform"), through("inverse_transform")

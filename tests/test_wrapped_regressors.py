@@ -16,10 +16,20 @@ from sklearn.multioutput import MultiOutputRegressor
 from sklearn.preprocessing import StandardScaler
 
 from skbnngp import ConformalRegressor, StudentTProcessRegressor
-from skbnngp.distributions import StackedDensity, StackedDistribution, TransformedDistribution
+from skbnngp.distributions import (
+    StackedDensity,
+    StackedDistribution,
+    TransformedDistribution,
+)
 from skbnngp.distributions import _transformed as make_transformed
-from skbnngp.metrics import (crps, interval_coverage, neg_crps_scorer, neg_nlpd_scorer, nlpd,
-                             predictive_response)
+from skbnngp.metrics import (
+    crps,
+    interval_coverage,
+    neg_crps_scorer,
+    neg_nlpd_scorer,
+    nlpd,
+    predictive_response,
+)
 from skbnngp.model_selection import cross_val_predict_dist
 
 from .conftest import FAST
@@ -120,6 +130,16 @@ def test_a_transformer_that_refuses_part_of_the_line_gives_no_mass_there():
     assert np.all(dist.cdf(np.full(10, -1.0)) == 0.0)
     assert np.all(dist.logpdf(np.full(10, -1.0)) == -np.inf)
     assert np.isfinite(crps(y[:10], dist))
+    # the rows it refuses are found by bisection, not one call per value: a CRPS over 150
+    # rows (quadrature points below 0 among them) takes a bounded number of transforms
+    calls, transform = [0], model.transformer_.transform
+
+    def counted(a):
+        calls[0] += 1
+        return transform(a)
+    model.transformer_.transform = counted
+    assert np.isfinite(crps(y, predictive_response(model, X)))
+    assert calls[0] <= 200
 
 
 def test_scorers_searches_and_out_of_fold_predictives_accept_a_target_transform():
