@@ -492,7 +492,8 @@ class TransformedDistribution:
     scorers and :func:`~skbnngp.model_selection.cross_val_predict_dist` score the model in
     the units of ``y``. The map must be strictly monotone in each entry (increasing or
     decreasing; checked at the base's quartiles), so quantiles and intervals map across
-    and a central interval keeps its coverage. ``logpdf`` (present when ``base`` has one)
+    and a central interval keeps its coverage; a quantile beyond the transform's range is
+    the infinite end it points to. ``logpdf`` (present when ``base`` has one)
     adds ``log |d forward / dy|``, from a central difference of ``inverse`` on the base's
     scale. There is no ``mean`` or ``std``: they need not exist (``exp`` of a Student-t has
     no mean); ``median`` and ``interval`` do.
@@ -542,17 +543,26 @@ class TransformedDistribution:
         # under the median, so no mass is below y; above it, all of it
         return np.where(np.isnan(z), (y >= self.median()).astype(float), F)
 
+    def _back(self, z, upper):
+        """``inverse(z)``, where a quantile ``z`` of the base beyond the transform's range
+        (no y maps to it: Yeo-Johnson with a negative lambda) is the infinite end it
+        points to (``upper``: the quantile of y is above the median), not NaN."""
+        z = np.asarray(z, dtype=float)
+        with np.errstate(invalid="ignore", over="ignore"):
+            y = np.asarray(self.inverse(z), dtype=float)
+        return np.where(np.isnan(y) & ~np.isnan(z), np.where(upper, np.inf, -np.inf), y)
+
     def ppf(self, q):
         q = np.broadcast_to(np.asarray(q, dtype=float), np.broadcast_shapes(np.shape(q),
                                                                            self._shape))
-        return np.asarray(self.inverse(self.base.ppf(self._flip(q))), dtype=float)
+        return self._back(self.base.ppf(self._flip(q)), q >= 0.5)
 
     def interval(self, confidence):
         if not 0 <= confidence <= 1:
             raise ValueError("confidence must lie in [0, 1].")
-        a, b = (np.asarray(self.inverse(np.broadcast_to(np.asarray(v, dtype=float),
-                                                        self._shape)), dtype=float)
-                for v in self.base.interval(confidence))  # the base's own rounding
+        lo, hi = (np.broadcast_to(np.asarray(v, dtype=float), self._shape)
+                  for v in self.base.interval(confidence))  # the base's own rounding
+        a, b = self._back(lo, self._decreasing), self._back(hi, ~self._decreasing)
         return np.minimum(a, b), np.maximum(a, b)
 
     def median(self):
@@ -560,9 +570,11 @@ class TransformedDistribution:
 
     def rvs(self, size=None, random_state=None):
         """Draws ``inverse(z)`` of ``z`` from the base, of shape ``size + shape``."""
-        return np.asarray(self.inverse(self.base.rvs(
+        z = np.asarray(self.base.rvs(
             size=None if size is None else ((size,) if np.isscalar(size) else tuple(size))
-            + self._shape, random_state=random_state)), dtype=float)
+            + self._shape, random_state=random_state), dtype=float)
+        upper = (z >= np.asarray(self.base.median(), dtype=float)) != self._decreasing
+        return self._back(z, upper)
 
     def __repr__(self):
         return f"TransformedDistribution(shape={self._shape}, base={type(self.base).__name__})"

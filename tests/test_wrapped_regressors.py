@@ -88,6 +88,13 @@ def test_a_decreasing_map_flips_the_tails_and_a_constant_one_is_refused():
     assert np.all(lo < hi)
     with pytest.raises(TypeError, match="not finite or not strictly"):
         make_transformed(base, np.log, lambda z: np.zeros_like(z))
+    # a bounded range (y = z / (1 - z) maps z < 1 only): quantiles of z beyond it are an
+    # infinite bound of y, never NaN
+    bounded = make_transformed(stats.norm(0.0, 0.5), lambda y: y / (1 + y),
+                               lambda z: np.where(z < 1, z / (1 - z), np.nan))
+    lo, hi = bounded.interval(0.99)
+    assert np.isfinite(lo) and hi == np.inf
+    assert bounded.ppf(0.999) == np.inf and np.isfinite(bounded.ppf(0.5))
 
 
 def test_a_log_target_model_gives_the_mapped_predictive_and_its_median_is_predict():
