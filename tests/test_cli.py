@@ -307,6 +307,44 @@ def test_format_table():
     assert len({len(line.rstrip()) for line in text[:2]}) == 1 and "1.23±0.10" in text[2]
 
 
+def test_format_table_keeps_digits_of_targets_in_millionths_and_billions():
+    """A target in millionths printed every y-unit column as 0.000 ± 0.000, one in billions
+    as long integers: those columns switch to scientific notation; NLPD, coverage and
+    times keep their fixed decimals."""
+    def summary(scale):
+        return {"A": {"n_folds": 3, **{m.key: {"mean": 1.23456 * (
+            scale if m.key in ("rmse", "mae", "crps", "width_90", "width_95") else 1.0),
+            "std": 0.1 * scale} for m in _common.REGRESSION_METRICS}}}
+    tiny = _report.format_table(summary(1e-7), "regression", markdown=True).splitlines()[2]
+    assert tiny.startswith("| `A` | 1.23e-07 ± 1.0e-08 | 1.23 ± 0.00 | 1.23e-07 ± 1.0e-08 "
+                           "| 1.235 ± 0.000 |")
+    huge = _report.format_table(summary(1e11), "regression").splitlines()[2]
+    assert "1.23e+11±1.0e+10" in huge and "1234560" not in huge
+    plain = _report.format_table(summary(1.0), "regression", markdown=True).splitlines()[2]
+    assert plain.startswith("| `A` | 1.23 ± 0.10 | 1.23 ± 0.10 | 1.23 ± 0.10 |")
+
+
+def test_rmse_and_fold_std_of_huge_targets_are_finite():
+    """Squares of errors beyond 1e154 overflowed: the table showed RMSE ``inf ± nan``."""
+    from scipy import stats
+
+    from skbnngp.compare import _run
+
+    rng = np.random.default_rng(0)
+    y, mean = rng.normal(size=50), rng.normal(size=50)
+    small, _ = _run._score_regression(y, stats.norm(mean, 1.0))
+    big, _ = _run._score_regression(1e300 * y, stats.norm(1e300 * mean, 1e300))
+    assert np.isfinite(big["rmse"])
+    np.testing.assert_allclose(big["rmse"], 1e300 * small["rmse"], rtol=1e-12)
+    np.testing.assert_allclose(small["rmse"], np.sqrt(np.mean((mean - y) ** 2)), rtol=1e-12)
+    records = [{"estimator": "A", "error": None, "metrics": {
+        "fit_s": 1.0, "predict_s": 0.1,
+        **{k: v * 1e300 ** (k == "rmse") for k, v in small.items()}}} for _ in range(2)]
+    records[1]["metrics"]["rmse"] *= 3
+    entry = _run._summarise(records, ["A"], "regression")["A"]
+    np.testing.assert_allclose(entry["rmse"]["std"], 1e300 * small["rmse"], rtol=1e-12)
+
+
 def test_help_is_fast_and_loads_neither_torch_nor_sklearn():
     """``skbnngp --help`` answers without importing the heavy libraries (it took 4 s)."""
     code = ("import sys, io, contextlib\n"

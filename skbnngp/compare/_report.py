@@ -23,10 +23,22 @@ def _decimals(metric, value):
     return 0 if magnitude >= 1000 else 1 if magnitude >= 10 else 2 if magnitude >= 1 else 3
 
 
+#: Metrics in the units of y: printed in scientific notation when fixed decimals would show
+#: no digit (y in millionths) or a long integer (y in billions).
+_Y_UNITS = ("rmse", "mae", "crps", "width_90", "width_95")
+
+
+def _scientific(metric, mean):
+    return (metric.key in _Y_UNITS and math.isfinite(mean) and mean != 0
+            and not 1e-2 <= abs(mean) < 1e5)
+
+
 def _cell(metric, stat, sep, entry):
     mean, std = stat["mean"], stat["std"]
     if mean is None:  # no fold to average: every fit failed, or (interrupted) none finished
         return "failed" if entry.get("n_failed", 1) else "not run"
+    if _scientific(metric, mean):
+        return f"{mean:.2e}{sep}{std:.1e}"
     d = _decimals(metric, mean)
     return f"{mean:.{d}f}{sep}{std:.{d}f}"
 

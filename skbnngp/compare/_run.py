@@ -47,13 +47,22 @@ def _predictive(model, X):
     return stats.norm(mean, std)
 
 
+def _root_mean_square(values):
+    """sqrt(mean(values**2)) without overflow in the squares (targets beyond 1e154)."""
+    values = np.asarray(values, dtype=np.float64)
+    scale = float(np.max(np.abs(values))) if values.size else 0.0
+    if scale == 0 or not math.isfinite(scale):
+        return scale
+    return scale * float(np.sqrt(np.mean((values / scale) ** 2)))
+
+
 def _score_regression(y, dist):
     from .. import metrics
 
     nominal, observed = metrics.calibration_curve_regression(y, dist, n_levels=N_LEVELS)
     point = np.asarray(dist.median(), dtype=np.float64)
     return {
-        "rmse": float(np.sqrt(np.mean((point - y) ** 2))),
+        "rmse": _root_mean_square(point - y),
         "mae": float(np.mean(np.abs(point - y))),
         "nlpd": metrics.nlpd(y, dist),
         "crps": metrics.crps(y, dist),
@@ -350,7 +359,8 @@ def _summarise(records, names, task):
             r["error"] is not None for r in records if r["estimator"] == name)}
         for m in _metrics_for(task):
             vals = np.array([r["metrics"][m.key] for r in rows], dtype=np.float64)
-            entry[m.key] = ({"mean": float(vals.mean()), "std": float(vals.std())}
+            entry[m.key] = ({"mean": float(vals.mean()),
+                             "std": _root_mean_square(vals - vals.mean())}
                             if vals.size else {"mean": None, "std": None})
         summary[name] = entry
     return summary
