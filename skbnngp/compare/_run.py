@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import shutil
-import math
 import time
 import warnings
 from pathlib import Path
