@@ -695,6 +695,8 @@ def fit_hyperparameters(estimator, engine, raw, free, bounds, rng, *, method, ma
         idx = np.sort(rng.choice(engine.n, subset_size, replace=False))
         stages = [(engine.subset(torch.as_tensor(idx, device=raw.device)), max_iter, restarts),
                   (engine, refine_iter, 0)]
+    # a meta-estimator's inner model reports under its owner's name (``_progress_label``)
+    label = getattr(estimator, "_progress_label", type(estimator).__name__)
     for stage, (eng, iters, n_restarts) in enumerate(stages):
         if iters == 0:
             continue
@@ -721,7 +723,7 @@ def fit_hyperparameters(estimator, engine, raw, free, bounds, rng, *, method, ma
             res = minimize(fun, x0, bounds=bounds, method=method, max_iter=iters, tol=tol,
                            learning_rate=learning_rate, n_iter_no_change=n_iter_no_change,
                            verbose=estimator.verbose,
-                           label=f"{type(estimator).__name__} stage {stage + 1}")
+                           label=f"{label} stage {stage + 1}")
             estimator.n_iter_ += res.n_iter
             estimator.loss_curve_.extend(res.loss_curve)
             if best is None or res.fun < best.fun:

@@ -313,8 +313,10 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         Seeds the initial weights, the validation split and the shuffles (all drawn on the
         host, so the same seed gives the same network on every device).
     verbose : int, default=0
-        ``> 0`` prints the training loss, the validation NLL and the time per epoch at each
-        validation (a progress bar on a terminal when ``tqdm`` is installed).
+        0: silent; 1: a progress line (training loss, validation NLL, time per epoch) about every 50
+        epochs, a line at each learning-rate drop and a last line saying why training
+        stopped (a progress bar instead of the lines on a terminal when ``tqdm`` is
+        installed); 2 or more: a line at every validation.
 
     Attributes
     ----------

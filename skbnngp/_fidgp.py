@@ -165,7 +165,9 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         Seeds the initial values, the training draws, the prediction draws and the OoD set-up.
         Every draw comes from a host generator, so CPU and CUDA fits see the same noise.
     verbose : int, default=0
-        Progress of the training epochs (0: silent).
+        0: silent; 1: a progress line (training loss, time per epoch) about every 50
+        epochs and a last line saying why training stopped (a progress bar instead of the
+        lines on a terminal when ``tqdm`` is installed); 2 or more: a line every few epochs.
 
     Attributes
     ----------

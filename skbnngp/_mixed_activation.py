@@ -144,7 +144,8 @@ default=("tanh", "leaky_relu")
     random_state : int, RandomState instance or None, default=None
         Seeds anchors and subsets.
     verbose : int, default=0
-        Print optimiser progress every ``verbose`` evaluations.
+        0: silent; 1: a progress line about every tenth evaluation of the optimiser and a
+        last line saying why it stopped; 2 or more: a line at every evaluation.
 
     Attributes
     ----------

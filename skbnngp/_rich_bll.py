@@ -236,7 +236,10 @@ default="auto"
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the split, the shuffles, the subsample and the sketch.
     verbose : int, default=0
-        ``> 0`` prints the training progress.
+        0: silent; 1: a progress line (training loss, validation RMSE, time per epoch) about every 50
+        epochs, a line at each learning-rate drop and a last line saying why training
+        stopped (a progress bar instead of the lines on a terminal when ``tqdm`` is
+        installed); 2 or more: a line at every validation.
 
     Attributes
     ----------

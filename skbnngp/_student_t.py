@@ -208,7 +208,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
     random_state : int, RandomState instance or None, default=None
         Seeds restarts, the optimisation subset and prior draws.
     verbose : int, default=0
-        Print optimiser progress every ``verbose`` evaluations.
+        0: silent; 1: a progress line about every tenth evaluation of the optimiser and a
+        last line saying why it stopped; 2 or more: a line at every evaluation.
 
     Attributes
     ----------

@@ -289,6 +289,8 @@ random_state, verbose
         # and between the kernels (ard="auto"), so the regressor's relevance hyperprior is off
         reg = StudentTProcessRegressor(normalize_y=False, calibration=None, ard=ard, **params)
         reg._settings_override = {"bounds": bounds, "relevance_prior": None}
+        reg._progress_label = (f"{type(self).__name__} "
+                               f"({'ARD' if ard else 'one length-scale'})")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             reg.fit(X, Y, sample_weight=w)

@@ -271,11 +271,19 @@ def test_schedule_feature_scale_and_correction_defaults():
 
 
 def test_verbose_prints_validation_lines(capsys, monkeypatch):
+    """``verbose=2``: a line at every validation; ``verbose=1``: a summary about every 50
+    epochs (none in 20) and the last line saying why training stopped."""
     X, y = _data(n=60)
     monkeypatch.setitem(dbk_module.SCHEDULE, "exact", (2_000, 10, 200))
-    DBKRegressor(**dict(SMALL, max_iter=20), verbose=1, random_state=0).fit(X, y)
-    out = capsys.readouterr().out
-    assert out.count("[DBKRegressor] epoch") == 2 and "val" in out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        DBKRegressor(**dict(SMALL, max_iter=20), verbose=2, random_state=0).fit(X, y)
+        out = capsys.readouterr().out
+        assert out.count("[DBKRegressor] epoch") == 2 and "val" in out
+        DBKRegressor(**dict(SMALL, max_iter=20), verbose=1, random_state=0).fit(X, y)
+    lines = capsys.readouterr().out.splitlines()
+    assert not any("ms/epoch" in line for line in lines) and len(lines) == 1
+    assert lines[-1].startswith("[DBKRegressor] reached max_iter=20 epochs")
 
 
 def test_convergence_warning_when_budget_ends(monkeypatch):

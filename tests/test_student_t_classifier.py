@@ -479,3 +479,20 @@ def test_classifier_label_variance_cuda_matches_cpu(weight):
     P = np.sort(cpu.predict_proba(X), axis=1)
     clear = P[:, -1] - P[:, -2] > 1e-5
     np.testing.assert_array_equal(gpu.predict(X)[clear], cpu.predict(X)[clear])
+
+
+def test_verbose_reports_under_the_classifiers_name(capsys):
+    """The one-hot regressors' optimiser lines name the classifier and the kernel (they
+    named StudentTProcessRegressor, which the user never made), each ending with why it
+    stopped."""
+    X, y = make_classification(60, 3, n_informative=2, n_redundant=0, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        StudentTProcessClassifier(verbose=1, device="cpu", random_state=0).fit(X, y)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith("[StudentTProcessClassifier (") for line in lines)
+    assert "StudentTProcessRegressor" not in "".join(lines)
+    ends = [line for line in lines if "] eval " not in line]
+    assert {line.split(")")[0] for line in ends} == {
+        "[StudentTProcessClassifier (one length-scale", "[StudentTProcessClassifier (ARD"}
+    assert all("converged" in line or "without meeting tol" in line for line in ends)

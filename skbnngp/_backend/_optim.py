@@ -21,6 +21,9 @@ import torch
 from ._device import to_float
 
 _EDGE = 1e-6  # how far inside its bounds a starting point is moved
+#: ``verbose=1`` prints the first and every this many evaluations, and why the optimisation
+#: stopped (``verbose >= 2``: every evaluation).
+REPORT_EVALS = 10
 
 
 @dataclass
@@ -77,7 +80,9 @@ def minimize(fun, x0, *, bounds=None, method="lbfgs", max_iter=100, tol=1e-6,
         the loss improved by less than ``tol * max(1, |loss|)`` for ``n_iter_no_change``
         consecutive steps.
     verbose : int
-        Print progress every ``verbose`` function evaluations (0: silent).
+        0: silent; 1: a progress line at the first and every :data:`REPORT_EVALS`-th function
+        evaluation and a last line saying why the optimisation stopped; ``>= 2``: a line at
+        every evaluation.
 
     Returns
     -------
@@ -107,7 +112,7 @@ def minimize(fun, x0, *, bounds=None, method="lbfgs", max_iter=100, tol=1e-6,
             lf = (abs(best["loss"]) + 1.0) * 1e3 if math.isfinite(best["loss"]) else 1e10
             gx = torch.zeros_like(gx)
         gz = gx * box.dx_dz(zt.detach()) if box is not None else gx
-        if verbose and (n_fev == 1 or n_fev % max(1, int(verbose)) == 0):
+        if verbose and (n_fev == 1 or n_fev % (1 if verbose >= 2 else REPORT_EVALS) == 0):
             print_fn(f"[{label}] eval {n_fev:4d}  loss {lf: .6g}  |grad| {to_float(gz.norm()):.3g}")
         return lf, gz
 
@@ -126,7 +131,7 @@ def minimize(fun, x0, *, bounds=None, method="lbfgs", max_iter=100, tol=1e-6,
         n_iter = int(state.get("n_iter", 0))
         max_eval = int(max_iter * 1.5) + 5
         converged = n_iter < max_iter and n_fev < max_eval
-        message = ("converged" if converged else
+        message = (f"converged after {n_fev} evaluations" if converged else
                    f"stopped after {n_iter} iterations ({n_fev} evaluations) without meeting tol")
     elif method == "adam":
         opt = torch.optim.Adam([z], lr=learning_rate)
@@ -144,11 +149,14 @@ def minimize(fun, x0, *, bounds=None, method="lbfgs", max_iter=100, tol=1e-6,
             if no_change >= n_iter_no_change:
                 converged = True
                 break
-        message = ("converged" if converged else
+        message = (f"converged after {n_iter} Adam steps" if converged else
                    f"reached max_iter={max_iter} Adam steps without meeting tol")
     else:
         raise ValueError(f"method must be 'lbfgs' or 'adam', got {method!r}.")
     if not math.isfinite(best["loss"]):
-        return OptimResult(x0, math.inf, 0, n_fev, False,
-                           "the objective was never finite", curve)
+        message, converged = "the objective was never finite", False
+    if verbose:
+        print_fn(f"[{label}] {message}; best loss {best['loss']: .6g}")
+    if not math.isfinite(best["loss"]):
+        return OptimResult(x0, math.inf, 0, n_fev, False, message, curve)
     return OptimResult(best["x"], best["loss"], n_iter, n_fev, converged, message, curve)

@@ -40,6 +40,12 @@ from ._device import to_numpy
 from ._flat import AdamStep, FlatParameters, clip_grad_norm_
 
 #: Activations accepted by name.
+#: ``verbose=1`` prints a progress line about every this many epochs (rounded up to the
+#: epochs between validations), each learning-rate drop and why training stopped: a summary
+#: a few dozen lines long rather than one line per epoch; ``verbose >= 2`` prints every
+#: validation.
+REPORT_EPOCHS = 50
+
 ACTIVATIONS = {
     "tanh": torch.nn.Tanh,
     "relu": torch.nn.ReLU,
@@ -483,8 +489,10 @@ class NetworkTrainer:
             terms change with the epoch, such as an annealed KL, is compared only once the
             schedule is over).
         verbose : int
-            ``> 0``: a progress line at each validation (or every ``validation_interval``
-            epochs), or a progress bar when ``tqdm`` is installed and stderr is a terminal.
+            ``1``: a progress line about every :data:`REPORT_EPOCHS` epochs (a progress bar
+            instead when ``tqdm`` is installed and stderr is a terminal), a line at each
+            learning-rate drop and a last line saying why training stopped; ``>= 2``: a
+            progress line at each validation (or every ``validation_interval`` epochs).
 
         Returns
         -------
@@ -508,11 +516,16 @@ class NetworkTrainer:
             patience = math.inf if n_iter_no_change is None else max(1, int(n_iter_no_change))
             after_drop = patience if plateau_patience is None else max(1, int(plateau_patience))
             bar = _progress_bar(max_epochs, label) if verbose else None
+            # the epochs that print a progress line: ones that validate (or sync the losses)
+            every = interval if validate is not None else math.lcm(interval, sync_every)
+            if verbose < 2:
+                every *= math.ceil(REPORT_EPOCHS / every)
             t0 = time.perf_counter()
             last_good = self.snapshot()
             best_state = None
             best_loss, since_best, pending, start_epoch = math.inf, 0, [], self.epoch
             drops_left, last_drop = (int(plateau_drops) if validate is not None else 0), 0
+            wait = patience  # the stopping rule's current patience (shorter after a drop)
             for k in range(1, max_epochs + 1):
                 pending.append(self.run_epoch(n_rows, bs, rng))
                 check_val = validate is not None and (k % interval == 0 or k == max_epochs)
@@ -554,6 +567,10 @@ class NetworkTrainer:
                         if best_state is not None:
                             self.restore(best_state)
                             last_good = best_state
+                        if verbose and bar is None:
+                            print_fn(f"[{label}] epoch {k:5d}  no improvement for {wait} "
+                                     f"epochs: learning rate x{plateau_factor:g}, back to "
+                                     f"epoch {res.best_epoch} (val {res.best_score: .5g})")
                 elif validate is None:
                     first = k - len(losses) + 1
                     for j, v in enumerate(losses):
@@ -573,7 +590,7 @@ class NetworkTrainer:
                     if bar is not None:
                         bar.update(k - bar.n)
                         bar.set_postfix_str(msg.split("] ", 1)[1])
-                    elif check_val or validate is None and k % interval == 0:
+                    elif k % every == 0:
                         print_fn(msg)
                 if stop:
                     res.stopped_early = True
@@ -588,9 +605,15 @@ class NetworkTrainer:
             else:
                 res.best_epoch = k
             self._set_mode(False)
-            res.message = (f"stopped after {k} epochs: no improvement for {patience} epochs"
+            res.message = (f"stopped after {k} epochs: no improvement for {wait} epochs"
                            if res.stopped_early else f"reached max_iter={max_epochs} epochs")
             res.seconds = time.perf_counter() - t0
+            if verbose:
+                kept = (f"; kept epoch {res.best_epoch} (val {res.best_score: .5g})"
+                        if validate is not None and best_state is not None else "")
+                why = (f"ran its {k} epochs (a fixed schedule: no stopping rule)"
+                       if math.isinf(patience) else res.message)
+                print_fn(f"[{label}] {why}{kept}; {res.seconds:.1f} s")
             return res
         finally:
             for f in self._flats:  # the modules get their own memory back

@@ -102,9 +102,22 @@ def test_adam_reaches_minimum():
 
 
 def test_verbose_prints(capsys):
-    fun = lambda x: (((x - 1.0) ** 2).sum(), 2 * (x - 1.0))  # noqa: E731
-    minimize(fun, torch.zeros(1, dtype=torch.float64), verbose=1, label="unit")
-    assert "[unit] eval" in capsys.readouterr().out
+    """``verbose=1``: the first and every ``REPORT_EVALS``-th evaluation and why the
+    optimiser stopped; ``verbose=2``: every evaluation."""
+    from skbnngp._backend import _optim
+
+    x0 = torch.tensor([-1.2, 1.0], dtype=torch.float64)
+    res = minimize(_rosenbrock, x0, max_iter=200, tol=1e-12, verbose=2, label="unit")
+    lines = capsys.readouterr().out.splitlines()
+    assert sum("[unit] eval" in line for line in lines) == res.n_fev > 2 * _optim.REPORT_EVALS
+    res = minimize(_rosenbrock, x0, max_iter=200, tol=1e-12, verbose=1, label="unit")
+    lines = capsys.readouterr().out.splitlines()
+    evals = [int(line.split()[2]) for line in lines if "[unit] eval" in line]
+    assert evals == [1] + list(range(_optim.REPORT_EVALS, res.n_fev + 1, _optim.REPORT_EVALS))
+    assert res.converged and lines[-1].startswith(
+        f"[unit] converged after {res.n_fev} evaluations; best loss")
+    minimize(_rosenbrock, x0, max_iter=3, verbose=1, label="unit")
+    assert "without meeting tol" in capsys.readouterr().out.splitlines()[-1]
 
 
 def test_noise_tape_replays_the_eager_sequence():

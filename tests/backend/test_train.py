@@ -203,7 +203,40 @@ def test_verbose_prints_progress(capsys):
     X, y = _regression()
     net = build_mlp(2, (4,), 1, seed=0)
     _mse_trainer(net, X, y).fit(64, max_epochs=20, validate=lambda: 1.0,
-                                validation_interval=10, verbose=1, label="unit",
+                                validation_interval=10, verbose=2, label="unit",
                                 rng=np.random.RandomState(0))
     out = capsys.readouterr().out
     assert out.count("[unit] epoch") == 2 and "val" in out and "ms/epoch" in out
+
+
+def test_verbose_1_is_a_summary_with_the_drops_and_why_training_stopped(capsys):
+    """``verbose=1`` printed a line at every validation (750 lines for a default Rich-BLL
+    fit) and never why training stopped: now a line about every ``REPORT_EPOCHS`` epochs,
+    one per learning-rate drop and a last line with the reason and the epoch kept."""
+    from skbnngp._backend import _train
+
+    X, y = _regression()
+    net = build_mlp(2, (4,), 1, seed=0)
+    # best at epoch 2; plateaus of 30 epochs: drops at 32 and 62, the stop at 92
+    scores = iter([5.0, 1.0] + [9.0] * 200)
+    res = _mse_trainer(net, X, y).fit(
+        64, max_epochs=500, validate=lambda: next(scores), validation_interval=1,
+        n_iter_no_change=30, plateau_drops=2, verbose=1, label="unit",
+        rng=np.random.RandomState(0))
+    lines = capsys.readouterr().out.splitlines()
+    assert res.lr_drops == [32, 62] and res.n_epochs == 92
+    every = _train.REPORT_EPOCHS
+    progress = [line for line in lines if "ms/epoch" in line]
+    assert [int(line.split()[2]) for line in progress] == list(range(every, 92, every))
+    drops = [line for line in lines if "learning rate x0.1" in line]
+    assert [int(line.split()[2]) for line in drops] == [32, 62]
+    assert all("back to epoch 2 " in line for line in drops)
+    assert len(lines) == len(progress) + 3
+    assert lines[-1].startswith("[unit] stopped after 92 epochs: no improvement for 30 "
+                                "epochs; kept epoch 2 (val  1)")
+    # a fixed schedule says so rather than "reached max_iter"
+    _mse_trainer(build_mlp(2, (4,), 1, seed=0), X, y).fit(
+        64, max_epochs=3, n_iter_no_change=None, verbose=1, label="unit",
+        rng=np.random.RandomState(0))
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "[unit] ran its 3 epochs (a fixed schedule: no stopping rule)")
