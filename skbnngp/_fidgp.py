@@ -396,7 +396,8 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self._graph_report = []
         calibration = self._calibration_for(y_idx, len(classes))
         if calibration == "temperature":
-            train, val = self._validation_split(y_idx, len(classes), int(seeds[3]), X)
+            train, val, w_train, w_val = self._validation_split(y_idx, len(classes),
+                                                                int(seeds[3]), X, w)
             # with refit=True, the held-out stage draws from a copy of the generator, so the
             # final network below is the very one calibration=None trains
             retrain = bool(self.refit) and self.refit != "warm"
@@ -404,12 +405,12 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
                                         copy.deepcopy(rng) if retrain else rng, seeds,
                                         device, dtype,
                                         stage=" (temperature stage)" if retrain else "",
-                                        weights=None if w is None else w[train])
+                                        weights=w_train)
             logits = self._draw_logits(
                 as_tensor((X[val] - self._X_offset) / self._X_scale, device, dtype),
                 self.n_predict_samples, self._predict_seed)
             temperature, val_nll = fit_temperature(
-                to_numpy(logits), y_idx[val], **({} if w is None else {"weights": w[val]}))
+                to_numpy(logits), y_idx[val], **({} if w_val is None else {"weights": w_val}))
         if calibration == "temperature" and self.refit == "warm":
             net, Xt = self._finetune_network(net, X, y_idx, rng, seeds, w)
         elif calibration is None or self.refit:
@@ -468,44 +469,50 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self._record_network(net, X.shape[0] if weights is None else float(weights.sum()))
         return net, Xt
 
-    def _validation_split(self, y_idx, n_classes, seed, X=None):
-        """Row indices (train, validation): stratified, at least one validation row per
-        class and one training row per class left.
+    def _validation_split(self, y_idx, n_classes, seed, X=None, weights=None):
+        """``(train, validation, train_weights, validation_weights)``: row indices,
+        stratified, at least one validation row per class and one training row per class
+        left, and the rows' frequency weights on each side (None without ``weights``).
 
-        With ``X``, rows that repeat one input stay on one side where the class allows it (a
-        twin in training makes its held-out row look easy, and the temperature then sharpens
-        the probabilities); without repeated rows the split is the same as without ``X``.
+        The rows are the fit's after :func:`~._base.network_weights`, which merges exact
+        repeats of ``(x, label)`` into one row of summed weight. Such a row stays whole on
+        one side (a twin in training would make its held-out copy look easy and sharpen
+        the temperature: rows given twice), unless its input also carries another label:
+        it is then a design point observed many times (a cell of categorical inputs), and
+        its copies are split like separate rows. Held out whole, the training never saw
+        that label there and the temperature flattened every probability (measured in
+        doc/whats_new.rst). Without ``weights`` the split is the plain stratified one.
         """
         counts = np.bincount(y_idx, minlength=n_classes)
         if counts.min() < 2:
             raise ValueError("calibration='temperature' holds out a validation split and "
                              "needs at least 2 rows of every class; the smallest class has "
                              f"{int(counts.min())}. Set calibration=None.")
-        from ._base import duplicate_groups
-
         rng = np.random.default_rng(seed)
-        unit = None
-        if X is not None and duplicate_groups(X):
-            _, unit = np.unique(np.asarray(X), axis=0, return_inverse=True)
-            unit = unit.ravel()
-        val = []
+        copies = np.zeros(len(y_idx), dtype=np.int64)  # copies split one by one (0: whole)
+        if weights is not None and X is not None:
+            whole = np.round(weights)
+            _, inputs, shared = np.unique(np.asarray(X), axis=0, return_inverse=True,
+                                          return_counts=True)
+            replicated = shared[inputs.ravel()] >= 2  # the input carries another label
+            split = replicated & (whole == weights) & (whole >= 2)
+            copies[split] = whole[split].astype(np.int64)
+        held = np.zeros(len(y_idx))
         for c in range(n_classes):
             rows = rng.permutation(np.flatnonzero(y_idx == c))
-            k = min(len(rows) - 1, max(1, round(self.validation_fraction * len(rows))))
-            if unit is not None:
-                # whole inputs (in the order their first row was drawn) until k rows are
-                # held out, keeping one input for training; else the rows as they are
-                order = unit[rows]
-                units, first, sizes = np.unique(order, return_index=True, return_counts=True)
-                drawn = np.argsort(first)
-                if units.size >= 2:
-                    n_held = np.searchsorted(np.cumsum(sizes[drawn][:-1]), k) + 1
-                    val.append(rows[np.isin(order, units[drawn][:n_held])])
-                    continue
-            val.append(rows[:k])
-        val = np.sort(np.concatenate(val))
-        train = np.setdiff1d(np.arange(len(y_idx)), val)
-        return train, val
+            units = np.repeat(rows, np.maximum(copies[rows], 1))
+            k = min(len(units) - 1, max(1, round(self.validation_fraction * len(units))))
+            if units.size > rows.size:  # copies to split: draw the held-out ones
+                units = rng.permutation(units)
+            out = units[:k]
+            np.add.at(held, out, np.where(copies[out] > 0, 1.0, 1.0 if weights is None
+                                          else weights[out]))
+        val = np.flatnonzero(held > 0)
+        if weights is None:
+            return np.flatnonzero(held == 0), val, None, None
+        rest = weights - held
+        train = np.flatnonzero(rest > 0)
+        return train, val, rest[train], held[val]
 
     def _train(self, net, Xt, y_idx, rng, seed, sampling, stage="", finetune_epochs=None,
                weights=None):

@@ -177,7 +177,9 @@ def test_fitted_temperature_is_the_validation_minimiser(fitted):
     X, y, w = collapse_rows(X, y, None)
     assert len(y) == 149 and w.max() == 2
     seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=4)
-    train, val = clf._validation_split(y, 3, int(seeds[3]), X)
+    train, val, w_train, w_val = clf._validation_split(y, 3, int(seeds[3]), X, w)
+    np.testing.assert_array_equal(w_train, w[train])  # the repeated row stays whole
+    np.testing.assert_array_equal(w_val, w[val])
     assert len(np.intersect1d(train, val)) == 0 and len(train) + len(val) == len(y)
     assert np.all(np.bincount(y[val], minlength=3) == 10)  # 20% of 50 (49) per class
     np.testing.assert_allclose(clf._X_offset, np.average(X[train], axis=0, weights=w[train]),
@@ -294,7 +296,7 @@ def test_warm_refit_learns_the_held_out_rows():
     with patch.object(_fidgp, "LR_GAMMA", 1.0):
         held = FiDGPClassifier(calibration="temperature", refit=False, **params).fit(X, y)
         warm = FiDGPClassifier(calibration="temperature", refit="warm", **params).fit(X, y)
-    _, val = held._validation_split(np.unique(y, return_inverse=True)[1], 3,
+    _, val, _, _ = held._validation_split(np.unique(y, return_inverse=True)[1], 3,
                                         int(np.random.RandomState(0).randint(
                                             np.iinfo(np.int32).max, size=4)[3]))
     for m in (held, warm):
@@ -332,23 +334,60 @@ def test_auto_calibrates_when_every_class_has_enough_rows():
     assert FiDGPClassifier(**SMALL).fit(X[one], y[one]).calibration_ is None
 
 
-def test_the_validation_split_keeps_repeated_inputs_on_one_side():
+def test_the_validation_split_keeps_repeats_whole_and_splits_design_points():
     """Issue 53 item 1: a twin in training made its held-out row look easy, and the
     temperature sharpened the probabilities (defaults, every row twice: test log loss 0.42
-    -> 0.49). Without repeated rows the split is the one of old."""
+    -> 0.49): a merged repeat of (x, label) stays whole. A merged row whose input carries
+    another label too (a cell of categorical inputs) has its copies split instead: held
+    out whole, the training never saw that label there."""
     clf = FiDGPClassifier(validation_fraction=0.1)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 3))
     y = (X[:, 0] > 0).astype(int)
-    for a, b in zip(clf._validation_split(y, 2, 5), clf._validation_split(y, 2, 5, X)):
-        np.testing.assert_array_equal(a, b)
-    for k in (200, 140):
-        XX, yy = np.r_[X, X[:k]], np.r_[y, y[:k]]
-        train, val = clf._validation_split(yy, 2, 5, XX)
-        np.testing.assert_array_equal(np.sort(np.r_[train, val]), np.arange(200 + k))
-        assert not set(map(tuple, XX[train])) & set(map(tuple, XX[val]))
+    train, val, w_train, w_val = clf._validation_split(y, 2, 5)
+    assert w_train is None and w_val is None and len(val) == 20
+    np.testing.assert_array_equal(np.sort(np.r_[train, val]), np.arange(200))
+    for k in (200, 140):  # rows repeated, merged as the fit merges them
+        XX, yy, w = collapse_rows(np.r_[X, X[:k]], np.r_[y, y[:k]], None)
+        train, val, w_train, w_val = clf._validation_split(yy, 2, 5, XX, w)
+        assert not set(train) & set(val)
+        np.testing.assert_array_equal(w_val, w[val])
         assert set(yy[val]) == {0, 1} and set(yy[train]) == {0, 1}
-        assert abs(len(val) - 0.1 * len(yy)) <= 4  # whole inputs: at most one over per class
+    # a 4 x 3 categorical design: 400 rows, 24 merged (cell, label) rows
+    a, b = rng.integers(0, 4, 400), rng.integers(0, 3, 400)
+    cells = np.c_[np.eye(4)[a], np.eye(3)[b]]
+    labels = (rng.uniform(size=400) < 0.3 + 0.1 * a).astype(int)
+    XX, yy, w = collapse_rows(cells, labels, None)
+    train, val, w_train, w_val = clf._validation_split(yy, 2, 5, XX, w)
+    total = np.zeros(len(yy))
+    np.add.at(total, train, w_train)
+    np.add.at(total, val, w_val)
+    np.testing.assert_array_equal(total, w)  # every copy on exactly one side
+    for c in (0, 1):
+        held = w_val[yy[val] == c].sum()
+        assert abs(held - 0.1 * w[yy == c].sum()) <= 1
+    # every cell keeps rows of both labels in training where it has both
+    assert set(map(tuple, XX[train])) == set(map(tuple, XX))
+
+
+def test_a_categorical_design_keeps_its_temperature_near_one():
+    """Two one-hot factors (4 x 3 cells), 400 rows: the validation split held out whole
+    (cell, label) rows, the temperature rose to 8-13 and flattened every probability
+    (test ECE 0.20, log loss 0.65-0.67 against 0.51-0.53 for the true probabilities)."""
+    from sklearn.metrics import log_loss
+
+    rng = np.random.default_rng(0)
+
+    def draw(n):
+        a, b = rng.integers(0, 4, n), rng.integers(0, 3, n)
+        p = 1 / (1 + np.exp(-(np.array([-1, 0, 1, 2])[a] + np.array([0, -1, 1])[b])))
+        return np.c_[np.eye(4)[a], np.eye(3)[b]], (rng.uniform(size=n) < p).astype(int), p
+
+    X, y, _ = draw(400)
+    Xt, yt, pt = draw(4000)
+    clf = FiDGPClassifier(random_state=0).fit(X, y)
+    assert clf.calibration_ == "temperature" and 0.5 < clf.temperature_ < 2.0
+    assert log_loss(yt, clf.predict_proba(Xt)) < log_loss(yt, np.c_[1 - pt, pt]) + 0.05
 
 
 def test_duplicated_rows_keep_the_log_loss():
