@@ -333,16 +333,27 @@ def weighted_median(values, weights=None):
     return float(0.5 * (v[min(lo, v.size - 1)] + v[min(hi, v.size - 1)]))
 
 
-def held_out_split(estimator, n, rng, fraction):
+#: The held-out split keeps the rows of one input together when at least this share of the
+#: rows have an input of their own: a new row's input is then most likely unseen (the
+#: Good-Turing estimate), and a held-out row whose input was trained on would look easier
+#: than one. Below it the inputs recur (categories, a design of replicates), a new row's
+#: input was most likely seen, and rows are held out one by one, so that every input is
+#: trained on.
+UNIQUE_INPUT_SHARE = 0.5
+
+
+def held_out_split(estimator, n, rng, fraction, X=None):
     """``(train_rows, validation_rows)``: sorted index arrays, ``ceil(fraction n)`` rows held
     out at random, or every row and None when ``fraction`` is None (no early stopping).
 
     The rows are a network's training rows after :func:`network_weights`, which merges exact
-    repeats of ``(x, y)`` into one weighted row, so no held-out row has a copy in training.
-    Rows that share only an input (replicates, whose targets differ) are split like any
-    other rows: holding out every row of an input would leave it untrained, as a whole
-    category of a categorical design (measured in doc/whats_new.rst). Raises a ValueError
-    naming ``validation_fraction`` when nothing would be left to train on.
+    repeats of ``(x, y)`` into one weighted row. With ``X``, rows that share an input (whose
+    targets differ) stay on one side when at least :data:`UNIQUE_INPUT_SHARE` of the rows
+    have an input of their own; when inputs recur more than that, they are split like any
+    other rows, since holding out every row of an input leaves it untrained (a whole
+    category of a categorical design; measured in doc/whats_new.rst). Without repeated
+    inputs the split is the same as without ``X``. Raises a ValueError naming
+    ``validation_fraction`` when nothing would be left to train on.
     """
     if fraction is None:
         return np.arange(n), None
@@ -351,8 +362,30 @@ def held_out_split(estimator, n, rng, fraction):
         raise ValueError(f"{type(estimator).__name__}: validation_fraction={plain(fraction)} "
                          f"of {n} rows leaves no training rows; lower it or set "
                          "early_stopping=False.")
-    perm = rng.permutation(n)
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+    groups = duplicate_groups(X) if X is not None else []
+    if groups and n - sum(len(g) for g in groups) < UNIQUE_INPUT_SHARE * n:
+        groups = []  # recurring inputs: rows one by one
+    if not groups:
+        perm = rng.permutation(n)
+        return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+    # one unit per distinct input (first occurrence order), units drawn in random order
+    _, first, inverse, counts = np.unique(np.asarray(X), axis=0, return_index=True,
+                                          return_inverse=True, return_counts=True)
+    by_first = np.argsort(first)  # units in first-occurrence order
+    members = np.split(np.argsort(inverse.ravel(), kind="stable"), np.cumsum(counts)[:-1])
+    members = [members[u] for u in by_first]  # O(n log n): no scan of every row per unit
+    taken, val = 0, []
+    for u in rng.permutation(first.size):
+        if taken >= n_val:
+            break
+        val.append(members[u])
+        taken += members[u].size
+    val = np.sort(np.concatenate(val))
+    if n - val.size < 1:
+        raise ValueError(f"{type(estimator).__name__}: validation_fraction={plain(fraction)} "
+                         f"leaves no training rows once repeated rows are kept together; "
+                         "lower it or set early_stopping=False.")
+    return np.setdiff1d(np.arange(n), val), val
 
 
 @contextmanager

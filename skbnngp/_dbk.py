@@ -613,7 +613,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         fit_input_scaling(self, X, self.normalize_X, "minmax_half")
         Y = self._normalise_targets(y, w)
         tr, va = held_out_split(self, X.shape[0], rng, self._validation_fraction()
-                                if self.early_stopping else None)
+                                if self.early_stopping else None, X=X)
         wtr = None if w is None else as_tensor(w[tr], device, dtype)
         wva = None if w is None or va is None else as_tensor(w[va], device, dtype)
         if self.n_basis >= len(tr):

@@ -562,7 +562,8 @@ default="auto"
         returns the validation MSE (or None), the epochs after which the plateau schedule
         lowered the learning rate, and the validation rows (an index array, or None)."""
         tr, va = held_out_split(self, Xt.shape[0], rng,
-                                self.validation_fraction if self.early_stopping else None)
+                                self.validation_fraction if self.early_stopping else None,
+                                X=to_numpy(Xt))
         wtr = None if weights is None else weights[torch.as_tensor(tr, device=Xt.device)]
         wva = None if weights is None or va is None else weights[
             torch.as_tensor(va, device=Xt.device)]

@@ -84,12 +84,22 @@ def test_duplicated_rows_keep_the_coverage(Est):
         np.testing.assert_allclose(std, model.predict_dist(Xt[:50]).std(), rtol=1e-10)
 
 
-def test_held_out_split_is_a_random_partition():
-    tr, va = held_out_split(None, 60, np.random.RandomState(3), 0.2)
-    assert len(va) == 12 and np.array_equal(np.sort(np.r_[tr, va]), np.arange(60))
-    again = held_out_split(None, 60, np.random.RandomState(3), 0.2)
-    np.testing.assert_array_equal(va, again[1])
-    assert held_out_split(None, 60, np.random.RandomState(3), None)[1] is None
+def test_held_out_split_groups_repeated_inputs_only_where_most_inputs_are_unique():
+    X = np.random.default_rng(0).normal(size=(60, 2))
+    plain = held_out_split(None, 60, np.random.RandomState(3), 0.2)
+    same = held_out_split(None, 60, np.random.RandomState(3), 0.2, X=X)
+    for a, b in zip(plain, same):  # no repeated inputs: the plain random split
+        np.testing.assert_array_equal(a, b)
+    assert len(plain[1]) == 12 and held_out_split(None, 60, None, None)[1] is None
+    # 50 of 70 rows have an input of their own: the rows of an input stay together
+    XX = np.r_[X, X[:10]]
+    tr, va = held_out_split(None, 70, np.random.RandomState(3), 0.2, X=XX)
+    assert np.array_equal(np.sort(np.r_[tr, va]), np.arange(70))
+    assert len(va) >= 14 and not set(map(tuple, XX[tr])) & set(map(tuple, XX[va]))
+    # five inputs, 20 rows each (a categorical design): rows one by one, every input trained
+    XC = np.repeat(np.eye(5), 20, axis=0)
+    tr, va = held_out_split(None, 100, np.random.RandomState(3), 0.2, X=XC)
+    assert len(va) == 20 and set(map(tuple, XC[tr])) == set(map(tuple, XC))
 
 
 @pytest.mark.parametrize("Est", [DBKRegressor, RichBLLRegressor])
