@@ -55,6 +55,11 @@ ALPHA_SELECTION = "loo"
 LABEL_VARIANCE = "auto"
 LABEL_VARIANCE_GRID = (0.0, 0.125, 0.25, 0.5, 1.0)
 
+#: The fit warns when the rows repeat one ``(x, label)`` this many times on average: it counts
+#: a repeated row once, which on inputs that recur by design (categories) leaves too little
+#: evidence and can flatten every probability (doc/whats_new.rst, categorical designs).
+REPEATED_ROWS_WARN = 5.0
+
 #: Leave-one-out grid: points per decade of ``alpha``, Gauss-Hermite and scale nodes that
 #: score a point, and the stride of the coarse pass (1: every point).
 LOO_PER_DECADE, LOO_NODES, LOO_COARSE = 4, 8, 4
@@ -227,6 +232,14 @@ random_state, verbose
         yi = np.searchsorted(self.classes_, y)
         X, Y, w = collapse_rows(X, Y, sw)
         if w is not None:  # relative weights: a repeat sharpens a row, it adds no row
+            if sw is None and w.mean() >= REPEATED_ROWS_WARN:
+                warnings.warn(
+                    f"{type(self).__name__}: the {int(w.sum())} rows hold only {w.size} "
+                    f"distinct (x, label) rows, each repeated {w.mean():.0f} times on "
+                    "average. The classifier counts a repeated row once (a duplicated record "
+                    "is not new evidence), so on inputs that recur by design, such as "
+                    "categories, it sees too little evidence and its probabilities can be "
+                    "flat. FiDGPClassifier counts every row.", UserWarning, stacklevel=2)
             w = w / w.mean()
         yi = np.argmax(Y, axis=1)
         bounds = HYPERPARAMETER_BOUNDS

@@ -496,3 +496,22 @@ def test_verbose_reports_under_the_classifiers_name(capsys):
     assert {line.split(")")[0] for line in ends} == {
         "[StudentTProcessClassifier (one length-scale", "[StudentTProcessClassifier (ARD"}
     assert all("converged" in line or "without meeting tol" in line for line in ends)
+
+
+def test_rows_repeated_by_design_warn_that_they_count_once():
+    """Eight one-hot categories, 400 rows: the 16 distinct (x, label) rows count once each
+    (relative weights), so the probabilities came out flat (0.5 for every category, log loss
+    0.69 against 0.53 for the true ones) with only a warning about ``alpha``'s bound. The
+    fit now says why; rows given twice (a duplicated record) and plain rows do not warn."""
+    rng = np.random.default_rng(0)
+    g = rng.integers(0, 8, 400)
+    p = np.array([0.9, 0.8, 0.7, 0.6, 0.4, 0.3, 0.2, 0.1])[g]
+    X, y = np.eye(8)[g], (rng.uniform(size=400) < p).astype(int)
+    with pytest.warns(UserWarning, match=r"400 rows hold only 16 distinct \(x, label\) rows"):
+        StudentTProcessClassifier(max_iter=20, random_state=0).fit(X, y)
+    Xi, yi = load_iris(return_X_y=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for Xf, yf in ((Xi, yi), (np.r_[Xi, Xi], np.r_[yi, yi])):
+            StudentTProcessClassifier(max_iter=5, random_state=0).fit(Xf, yf)
+    assert not [w for w in caught if "distinct (x, label)" in str(w.message)]
