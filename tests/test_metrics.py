@@ -57,7 +57,7 @@ class CdfOnly:
 
 def crps_by_quad(y, cdf):
     """Reference CRPS of one scalar y: adaptive quadrature of (F(z) - 1{z >= y})^2."""
-    opts = dict(epsabs=1e-13, epsrel=1e-12, limit=500)
+    opts = {"epsabs": 1e-13, "epsrel": 1e-12, "limit": 500}
     left = integrate.quad(lambda z: cdf(z) ** 2, -np.inf, y, **opts)[0]
     right = integrate.quad(lambda z: (1 - cdf(z)) ** 2, y, np.inf, **opts)[0]
     return left + right

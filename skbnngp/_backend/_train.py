@@ -39,13 +39,13 @@ from ..exceptions import NumericalError
 from ._device import to_numpy
 from ._flat import AdamStep, FlatParameters, clip_grad_norm_
 
-#: Activations accepted by name.
 #: ``verbose=1`` prints a progress line about every this many epochs (rounded up to the
 #: epochs between validations), each learning-rate drop and why training stopped: a summary
 #: a few dozen lines long rather than one line per epoch; ``verbose >= 2`` prints every
 #: validation.
 REPORT_EPOCHS = 50
 
+#: Activations accepted by name.
 ACTIVATIONS = {
     "tanh": torch.nn.Tanh,
     "relu": torch.nn.ReLU,
