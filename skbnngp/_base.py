@@ -342,6 +342,14 @@ def weighted_median(values, weights=None):
 UNIQUE_INPUT_SHARE = 0.5
 
 
+def inputs_recur(groups, n):
+    """Whether the inputs of ``n`` rows recur (a categorical design, replicates): fewer than
+    :data:`UNIQUE_INPUT_SHARE` of the rows have an input of their own. ``groups`` are the
+    rows' :func:`duplicate_groups`; rows are the distinct ``(x, y)`` left once exact repeats
+    are merged, so data given twice does not make its inputs recur."""
+    return bool(groups) and n - sum(len(g) for g in groups) < UNIQUE_INPUT_SHARE * n
+
+
 def held_out_split(estimator, n, rng, fraction, X=None):
     """``(train_rows, validation_rows)``: sorted index arrays, ``ceil(fraction n)`` rows held
     out at random, or every row and None when ``fraction`` is None (no early stopping).
@@ -363,7 +371,7 @@ def held_out_split(estimator, n, rng, fraction, X=None):
                          f"of {n} rows leaves no training rows; lower it or set "
                          "early_stopping=False.")
     groups = duplicate_groups(X) if X is not None else []
-    if groups and n - sum(len(g) for g in groups) < UNIQUE_INPUT_SHARE * n:
+    if inputs_recur(groups, n):
         groups = []  # recurring inputs: rows one by one
     if not groups:
         perm = rng.permutation(n)

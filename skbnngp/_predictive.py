@@ -19,10 +19,18 @@ from scipy import stats
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import as_tensor, iter_slices, leave_group_out, stable_cholesky, to_numpy
+from ._backend import (
+    as_tensor,
+    iter_slices,
+    leave_group_out,
+    leave_one_copy_out,
+    stable_cholesky,
+    to_numpy,
+)
 from ._base import (
     check_predict_params,
     duplicate_groups,
+    inputs_recur,
     plain,
     threaded,
     weighted_median,
@@ -160,23 +168,33 @@ class RegressorPredictiveMixin:
         Gaussian-process ``engine`` (one O(n^3) pass over its factor; none when ``method``
         is None).
 
+        Rows that share an input are left out together, unless the inputs recur
+        (:func:`~skbnngp._base.inputs_recur`: a categorical design, where a new row's input
+        was most likely seen and holding out a whole category would score an extrapolation).
         With row weights ``w`` (``engine.weights``: distinct rows standing for ``w`` repeats,
-        :func:`~skbnngp._base.collapse_rows`) a row is left out with all its repeats, each
-        residual counts ``w`` times, and its variance is that of one new observation (noise
-        ``s``, not the row's ``s / w``)."""
+        :func:`~skbnngp._base.collapse_rows`) each residual counts ``w`` times and its
+        variance is that of one new observation (noise ``s``, not the row's ``s / w``); a
+        row is left out with all its repeats (rows given twice), or, where the inputs recur,
+        one copy at a time (replicates)."""
         if method is None:
             self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
             return
         r, v = engine.loo(state, params)
-        # rows that repeat one input are left out together: a twin left in the training set
-        # predicts its row exactly, and the calibration would collapse the intervals
         groups = duplicate_groups(to_numpy(engine.X))
-        if groups:
+        recur = inputs_recur(groups, engine.n)
+        if groups and not recur:
+            # rows that repeat one input are left out together: a twin left in the training
+            # set predicts its row exactly, and the calibration would collapse the intervals
             r, v = leave_group_out(engine, state, params, r, v, groups)
         noise = state.get("noise")
         noise = params["noise_variance"] if noise is None else noise
         w = getattr(engine, "weights", None)
-        if w is not None:  # the held-out row's own noise s / w -> one observation's s
+        if w is not None and recur:
+            # inputs recur (a categorical design): a merged row stands for replicates, and a
+            # new row at its input meets the other copies, so one copy is left out
+            r, v = leave_one_copy_out(r, v, w, noise)
+            w = to_numpy(w)
+        elif w is not None:  # the held-out row's own noise s / w -> one observation's s
             w = to_numpy(w)
             v = to_numpy(v) + float(noise) * (1.0 - 1.0 / w)
         v = np.maximum(to_numpy(v), 1e-300)

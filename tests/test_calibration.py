@@ -128,6 +128,44 @@ def test_the_networks_train_on_every_category_of_a_categorical_design(Est):
     assert np.mean(hi - lo) < 1.3 * 2 * 1.645 * 0.5
 
 
+@pytest.mark.parametrize("seed", [6, 10])
+def test_the_gps_calibrate_a_categorical_design_on_rows_not_whole_categories(seed):
+    """Twenty one-hot categories, 300 rows, noise 0.5. The leave-one-out calibration left
+    the rows of an input out together, so each residual was a whole category's
+    extrapolation from the others; the calibration then narrowed every interval (factor
+    0.50-0.55, 90 % coverage 0.70-0.78, NLPD up to 1.00 against the noise's 0.73 at these
+    seeds). Where inputs recur the rows are now left out one by one."""
+    rng = np.random.default_rng(seed)
+    means = rng.normal(0, 1.5, 20)
+
+    def draw(n):
+        g = rng.integers(0, 20, n)
+        return np.eye(20)[g], means[g]
+
+    (X, f), (Xt, ft) = draw(300), draw(3000)
+    y, yt = f + 0.5 * rng.normal(size=f.size), ft + 0.5 * rng.normal(size=ft.size)
+    model = StudentTProcessRegressor(random_state=seed).fit(X, y)
+    lo, hi = model.predict_interval(Xt, confidence=0.9)
+    assert 0.82 <= np.mean((yt >= lo) & (yt <= hi)) <= 0.96
+    assert -np.mean(model.predict_dist(Xt).logpdf(yt)) < 0.82
+
+
+@pytest.mark.parametrize("Est", GP_REGRESSORS)
+def test_merged_replicates_calibrate_like_the_rows_they_stand_for(Est):
+    """Integer targets on five categories: exact repeats of (x, y) are merged into weighted
+    rows. Where inputs recur, a merged row loses one copy at a time in the leave-one-out
+    calibration (not all of them, which scored each row against the other values of its
+    category alone), so a 1e-7 jitter that keeps every row apart gives the same intervals."""
+    rng = np.random.default_rng(3)
+    g = rng.integers(0, 5, 300)
+    X, y = np.eye(5)[g], rng.poisson(np.array([1, 2, 3, 5, 8.0])[g]).astype(float)
+    merged = Est(random_state=0).fit(X, y)
+    apart = Est(random_state=0).fit(X, y + 1e-7 * rng.normal(size=300))
+    for a, b in zip(merged.predict_interval(np.eye(5), confidence=0.9),
+                    apart.predict_interval(np.eye(5), confidence=0.9)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_the_student_t_process_reports_its_predictive_degrees_of_freedom():
     """Issue 47 item 2: ``df_`` printed 204 while the predictive's df was 1.78. ``df_`` is the
     process's own t; ``predictive_df_`` is always the df of what predict_dist returns."""

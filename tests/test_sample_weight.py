@@ -22,7 +22,7 @@ from skbnngp import (
 )
 from skbnngp._backend import _dbk as dbk
 from skbnngp._backend._calibration import fit_temperature, student_t_calibration
-from skbnngp._backend._gp import ExactGP, NystromGP, leave_group_out
+from skbnngp._backend._gp import ExactGP, NystromGP, leave_group_out, leave_one_copy_out
 from skbnngp._backend._jacobian import split_parameters
 from skbnngp._backend._projection import fit_last_layer, last_layer_variance
 from skbnngp._backend._train import build_mlp
@@ -90,6 +90,30 @@ def test_weighted_likelihood_equals_repeated_rows(kind, rng):
     s = math.exp(float(raw[2]))
     np.testing.assert_allclose(r.numpy(), rr.numpy()[first], rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(v.numpy() + s * (1 - 1 / w), vr.numpy()[first], rtol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["exact", "nystrom"])
+def test_leave_one_copy_out_equals_repeated_rows_one_by_one(kind, rng):
+    """Replicates (inputs that recur): a weighted row loses one copy, not all, which is the
+    repeated rows' own leave-one-out with the twins kept (the closed-form rank-one update
+    against explicit leave-one-out of every repeated row); rows of weight 1, and the limit
+    w -> 1, are the whole row left out with one observation's noise."""
+    X, Y, w = _data(rng)
+    weighted, repeated, rep = _engines(kind, X, Y, w)
+    raw = torch.tensor([0.2, -0.3, math.log(0.05)], dtype=torch.float64)
+    s = math.exp(float(raw[2]))
+    sw, sr = weighted.state(raw), repeated.state(raw)
+    r, v = leave_one_copy_out(*weighted.loo(sw, _unpack(raw)), weighted.weights, s)
+    rr, vr = repeated.loo(sr, _unpack(raw))
+    first = np.searchsorted(rep, np.arange(len(w)))
+    np.testing.assert_allclose(r.numpy(), rr.numpy()[first], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(v.numpy(), vr.numpy()[first], rtol=1e-7)
+    assert np.any(w == 1) and np.any(w > 1)
+    near_one = torch.full((len(rep),), 1.0 + 1e-7, dtype=torch.float64)
+    r1, v1 = leave_one_copy_out(rr, vr, near_one, s)
+    r0, v0 = rr, vr
+    np.testing.assert_allclose(r1.numpy(), r0.numpy(), rtol=1e-5, atol=1e-10)
+    np.testing.assert_allclose(v1.numpy(), v0.numpy(), rtol=1e-5)
 
 
 @pytest.mark.parametrize("est", GP_REGRESSORS, ids=lambda e: repr(e)[:40])

@@ -18,7 +18,7 @@ from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state,
                       to_numpy)
 from ._calibration import (fit_t, fit_t_df, loo_variance_factor, student_t_calibration,
                            t_loglik)
-from ._gp import ExactGP, NystromGP, gp_predict, leave_group_out
+from ._gp import ExactGP, NystromGP, gp_predict, leave_group_out, leave_one_copy_out
 from ._linalg import (JITTER_LADDER, LowRankPlusDiag, cho_inverse, cho_logdet, cho_solve,
                       solve_lower, stable_cholesky, woodbury_solve)
 from ._optim import OptimResult, minimize
@@ -33,7 +33,8 @@ __all__ = [
     "JITTER_LADDER", "LowRankPlusDiag", "cho_inverse", "cho_logdet", "cho_solve", "solve_lower",
     "stable_cholesky", "woodbury_solve",
     "OptimResult", "minimize", "make_generator",
-    "ExactGP", "NystromGP", "gp_predict", "leave_group_out", "loo_variance_factor", "student_t_calibration",
+    "ExactGP", "NystromGP", "gp_predict", "leave_group_out", "leave_one_copy_out",
+    "loo_variance_factor", "student_t_calibration",
     "fit_t", "fit_t_df", "t_loglik",
     "BLRPosterior", "blr_log_evidence", "blr_posterior", "blr_stats", "BLREvidence",
     "blr_fit_scales", "DiagNoiseEvidence", "blr_log_evidence_diag",

@@ -492,6 +492,31 @@ def leave_group_out(engine, state, params, r, v, groups):
     return r, v
 
 
+def leave_one_copy_out(r, v, weights, noise):
+    """Leave-one-out residuals and variances of one new observation (noise ``noise``) when a
+    row of weight ``w > 1`` (``w`` copies of one ``(x, y)``) loses one copy, not all.
+
+    ``r``, ``v`` are :meth:`ExactGP.loo`'s (the whole row out), so ``a = 1 / v`` and
+    ``alpha = r / v`` are the row's entries of ``K^-1`` and ``K^-1 Y``. Keeping ``w - 1``
+    copies changes the row's noise from ``s / w`` to ``c = s / (w - 1)``, a rank-one update
+    ``delta = s / (w (w - 1))`` of ``K``; with ``f`` the latent value at the row, the
+    residual of the copy is ``y - E f = c alpha / (1 + delta a)`` and the latent variance
+    ``c (1 - a s / w) / (1 + delta a)``, to which one observation's ``s`` is added. Both
+    tend to the whole-row values as ``w -> 1``. Rows with ``w <= 1`` are left out whole.
+    """
+    s = float(noise)
+    w = torch.as_tensor(weights, dtype=v.dtype, device=v.device)
+    many = w > 1.0
+    wm = torch.where(many, w, torch.full_like(w, 2.0))  # no division by 0 where unused
+    a = 1.0 / v
+    c = s / (wm - 1.0)
+    den = 1.0 + s / (wm * (wm - 1.0)) * a
+    r_copy = (c / den)[:, None] * (r / v[:, None])
+    v_copy = c * (1.0 - a * s / wm) / den + s
+    return (torch.where(many[:, None], r_copy, r),
+            torch.where(many, v_copy, v + s * (1.0 - 1.0 / w)))
+
+
 #: Rows of the inverse kernel's block that :func:`leave_group_out` forms at once.
 GROUP_BATCH_ROWS = 1024
 
