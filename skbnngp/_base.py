@@ -350,21 +350,27 @@ def inputs_recur(groups, n):
     return bool(groups) and n - sum(len(g) for g in groups) < UNIQUE_INPUT_SHARE * n
 
 
-def held_out_split(estimator, n, rng, fraction, X=None):
-    """``(train_rows, validation_rows)``: sorted index arrays, ``ceil(fraction n)`` rows held
-    out at random, or every row and None when ``fraction`` is None (no early stopping).
+def held_out_split(estimator, n, rng, fraction, X=None, weights=None):
+    """``(train_rows, validation_rows, train_weights, validation_weights)``: sorted index
+    arrays, ``ceil(fraction n)`` rows held out at random, and the rows' frequency weights
+    on each side (None without ``weights``); every row and None when ``fraction`` is None
+    (no early stopping).
 
     The rows are a network's training rows after :func:`network_weights`, which merges exact
     repeats of ``(x, y)`` into one weighted row. With ``X``, rows that share an input (whose
     targets differ) stay on one side when at least :data:`UNIQUE_INPUT_SHARE` of the rows
-    have an input of their own; when inputs recur more than that, they are split like any
-    other rows, since holding out every row of an input leaves it untrained (a whole
-    category of a categorical design; measured in doc/whats_new.rst). Without repeated
-    inputs the split is the same as without ``X``. Raises a ValueError naming
+    have an input of their own; when inputs recur more than that (:func:`inputs_recur`),
+    they are split like any other rows, since holding out every row of an input leaves it
+    untrained (a whole category of a categorical design; measured in doc/whats_new.rst),
+    and a merged row of integer weight ``w >= 2`` counts as ``w`` rows whose copies are
+    split one by one (held out whole, its value was missing from its category's training
+    rows); such a row can then be on both sides, with part of its weight on each. Without
+    repeated inputs the split is the same as without ``X``. Raises a ValueError naming
     ``validation_fraction`` when nothing would be left to train on.
     """
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
     if fraction is None:
-        return np.arange(n), None
+        return np.arange(n), None, w, None
     n_val = int(math.ceil(fraction * n))
     if n - n_val < 1:
         raise ValueError(f"{type(estimator).__name__}: validation_fraction={plain(fraction)} "
@@ -373,9 +379,14 @@ def held_out_split(estimator, n, rng, fraction, X=None):
     groups = duplicate_groups(X) if X is not None else []
     if inputs_recur(groups, n):
         groups = []  # recurring inputs: rows one by one
+        whole = None if w is None else np.round(w)
+        if whole is not None and np.any((whole == w) & (whole >= 2)):
+            return _split_copies(rng, fraction, w, np.where((whole == w) & (whole >= 2),
+                                                            whole, 0).astype(np.int64))
     if not groups:
         perm = rng.permutation(n)
-        return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+        tr, va = np.sort(perm[n_val:]), np.sort(perm[:n_val])
+        return tr, va, None if w is None else w[tr], None if w is None else w[va]
     # one unit per distinct input (first occurrence order), units drawn in random order
     _, first, inverse, counts = np.unique(np.asarray(X), axis=0, return_index=True,
                                           return_inverse=True, return_counts=True)
@@ -393,7 +404,22 @@ def held_out_split(estimator, n, rng, fraction, X=None):
         raise ValueError(f"{type(estimator).__name__}: validation_fraction={plain(fraction)} "
                          f"leaves no training rows once repeated rows are kept together; "
                          "lower it or set early_stopping=False.")
-    return np.setdiff1d(np.arange(n), val), val
+    tr = np.setdiff1d(np.arange(n), val)
+    return tr, val, None if w is None else w[tr], None if w is None else w[val]
+
+
+def _split_copies(rng, fraction, w, copies):
+    """:func:`held_out_split` over copies: row ``i`` is ``copies[i]`` units of weight 1
+    (0: one unit of weight ``w[i]``, kept whole); ``ceil(fraction units)`` units are held
+    out at random, at least one left to train on."""
+    units = np.repeat(np.arange(w.size), np.maximum(copies, 1))
+    k = min(units.size - 1, int(math.ceil(fraction * units.size)))
+    out = rng.permutation(units)[:k]
+    held = np.zeros(w.size)
+    np.add.at(held, out, np.where(copies[out] > 0, 1.0, w[out]))
+    rest = w - held
+    tr, va = np.flatnonzero(rest > 0), np.flatnonzero(held > 0)
+    return tr, va, rest[tr], held[va]
 
 
 @contextmanager

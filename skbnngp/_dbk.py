@@ -41,6 +41,7 @@ from ._base import (
     fit_input_scaling,
     fit_transaction,
     held_out_split,
+    inputs_recur,
     network_weights,
     transactional,
     user_network,
@@ -612,10 +613,10 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         seed = int(rng.randint(np.iinfo(np.int32).max))
         fit_input_scaling(self, X, self.normalize_X, "minmax_half")
         Y = self._normalise_targets(y, w)
-        tr, va = held_out_split(self, X.shape[0], rng, self._validation_fraction()
-                                if self.early_stopping else None, X=X)
-        wtr = None if w is None else as_tensor(w[tr], device, dtype)
-        wva = None if w is None or va is None else as_tensor(w[va], device, dtype)
+        tr, va, wtr, wva = held_out_split(self, X.shape[0], rng, self._validation_fraction()
+                                          if self.early_stopping else None, X=X, weights=w)
+        wtr = None if wtr is None else as_tensor(wtr, device, dtype)
+        wva = None if wva is None else as_tensor(wva, device, dtype)
         if self.n_basis >= len(tr):
             warnings.warn(f"{name}: n_basis={self.n_basis} >= the {len(tr)} training rows: "
                           "the kernel has at least as many basis functions as data, so the "
@@ -723,8 +724,10 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 self.elbo_ = None
                 if method is not None:
                     groups = duplicate_groups(to_numpy(Xall))
+                    recur = inputs_recur(groups, Xall.shape[0])
                     z, v = dbk.loo_residuals(feat, Xall, Yall, post, s2, M, correction,
-                                             chunk, groups, wall, row_noise=head)
+                                             chunk, [] if recur else groups, wall,
+                                             row_noise=head, copies=recur)
                     z, v = to_numpy(z), to_numpy(v)
                     wn = None if wall is None else to_numpy(wall)
                     own = to_float(s2) if head is None else to_numpy(row_noise)

@@ -236,9 +236,9 @@ default="auto"
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the split, the shuffles, the subsample and the sketch.
     verbose : int, default=0
-        0: silent; 1: a progress line (training loss, validation RMSE, time per epoch) about every 50
-        epochs, a line at each learning-rate drop and a last line saying why training
-        stopped (a progress bar instead of the lines on a terminal when ``tqdm`` is
+        0: silent; 1: a progress line (training loss, validation RMSE, time per epoch)
+        about every 50 epochs, a line at each learning-rate drop and a last line saying why
+        training stopped (a progress bar instead of the lines on a terminal when ``tqdm`` is
         installed); 2 or more: a line at every validation.
 
     Attributes
@@ -472,9 +472,9 @@ default="auto"
         val_mse = None
         self.n_iter_, self.loss_curve_, self.validation_scores_ = 0, [], []
         self.best_iteration_, self.converged_ = 0, True
-        val_rows, refit = None, REFIT
+        val_rows, refit, split = None, REFIT, None
         if self.train_network:
-            val_mse, lr_drops, val_rows = self._train(net, Xt, Yt, rng, wt)
+            val_mse, lr_drops, val_rows, split = self._train(net, Xt, Yt, rng, wt)
             if refit and self.early_stopping:
                 net = self._refit_network(X.shape[1], seed, device, dtype, Xt, Yt, rng,
                                           lr_drops, wt)
@@ -486,13 +486,14 @@ default="auto"
         self.calibration_ = cal if val_rows is not None else None
         # rows the network never trained on (none after the refit on every row)
         held = None if refit else val_rows
-        self._fit_posterior(net, Xt, Yt, val_mse, rng, wt, held=held, Y=Y)
+        self._fit_posterior(net, Xt, Yt, val_mse, rng, wt, held=held, Y=Y,
+                            split=None if refit else split)
         if val_rows is None and not isinstance(self.noise_variance, numbers.Real):
             warnings.warn(self._no_held_out_rows_message(), UserWarning, stacklevel=4)
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         if self.calibration_ is not None:
             self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_, Y,
-                               None if w is None else (w[val_rows], w))
+                               None if w is None else (to_numpy(split[1])[val_rows], w))
         return self
 
     def _no_held_out_rows_message(self):
@@ -560,13 +561,21 @@ default="auto"
     def _train(self, net, Xt, Yt, rng, weights=None):
         """MSE training with the shared loop (weighted by the rows' ``weights`` when given);
         returns the validation MSE (or None), the epochs after which the plateau schedule
-        lowered the learning rate, and the validation rows (an index array, or None)."""
-        tr, va = held_out_split(self, Xt.shape[0], rng,
-                                self.validation_fraction if self.early_stopping else None,
-                                X=to_numpy(Xt))
-        wtr = None if weights is None else weights[torch.as_tensor(tr, device=Xt.device)]
-        wva = None if weights is None or va is None else weights[
-            torch.as_tensor(va, device=Xt.device)]
+        lowered the learning rate, the validation rows (an index array, or None) and, with
+        ``weights`` and validation rows, each row's weight in training and held out (two
+        tensors over every row: :func:`~._base.held_out_split` may split a merged row's
+        copies), else None."""
+        tr, va, wtr, wva = held_out_split(
+            self, Xt.shape[0], rng, self.validation_fraction if self.early_stopping else None,
+            X=to_numpy(Xt), weights=None if weights is None else to_numpy(weights))
+        split = None
+        if weights is not None:
+            wtr = torch.as_tensor(wtr, dtype=weights.dtype, device=Xt.device)
+            if va is not None:
+                wva = torch.as_tensor(wva, dtype=weights.dtype, device=Xt.device)
+                split = (torch.zeros_like(weights), torch.zeros_like(weights))
+                split[0][torch.as_tensor(tr, device=Xt.device)] = wtr
+                split[1][torch.as_tensor(va, device=Xt.device)] = wva
         validate = None if va is None else rmse_score(net, Xt[va], Yt[va], wva)
         trainer = self._trainer(net, mse_objective(net, Xt[tr], Yt[tr], wtr),
                                 device=Xt.device)
@@ -581,15 +590,17 @@ default="auto"
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve
         self.validation_scores_ = res.validation_scores
         self.best_iteration_, self.converged_ = res.best_epoch, res.converged
-        return (None if va is None else res.best_score ** 2), list(res.lr_drops), va
+        return (None if va is None else res.best_score ** 2), list(res.lr_drops), va, split
 
-    def _fit_posterior(self, net, Xt, Yt, val_mse, rng, weights=None, held=None, Y=None):
+    def _fit_posterior(self, net, Xt, Yt, val_mse, rng, weights=None, held=None, Y=None,
+                       split=None):
         """Post-hoc stage (paper §3.2): the noise by ``noise_variance``, the subsample, then
         the posterior of :func:`~skbnngp._backend._projection.fit_last_layer`, with the prior
         variance and (``noise_variance="evidence"``) the noise chosen by the closed-form
         evidence of the Bayesian last layer; then, for ``"heteroscedastic"`` and ``"auto"``,
         the heteroscedastic refit (:meth:`_fit_heteroscedastic`). ``held``: the rows the
-        network did not train on (or None); ``Y``: the normalised targets as NumPy."""
+        network did not train on (or None); ``Y``: the normalised targets as NumPy;
+        ``split``: the rows' weights in training and held out (:meth:`_train`), or None."""
         name = type(self).__name__
         head, _, body = split_parameters(net)
         n = Xt.shape[0]
@@ -643,7 +654,8 @@ default="auto"
         if self.noise_variance == "heteroscedastic" or (
                 self.noise_variance == "auto" and held is not None
                 and len(held) >= NOISE_MIN_ROWS):
-            post = self._fit_heteroscedastic(post, posterior, Xt, Yt, f, Phi, held, weights, Y)
+            post = self._fit_heteroscedastic(post, posterior, Xt, Yt, f, Phi, held, weights, Y,
+                                             split)
         self.uncertainty_ = self.uncertainty
         self.noise_variance_ = post.noise
         self.prior_variance_ = post.prior_variance
@@ -653,7 +665,8 @@ default="auto"
         self.variance_factor_ = to_numpy(post.factor)
         self._cache["T"] = post.factor
 
-    def _fit_heteroscedastic(self, post, posterior, Xt, Yt, f, Phi, held, weights, Y):
+    def _fit_heteroscedastic(self, post, posterior, Xt, Yt, f, Phi, held, weights, Y,
+                             split=None):
         """The heteroscedastic refit and, with held-out rows, its test against ``post``.
 
         The squared residuals of the rows the network trained on give the log-noise
@@ -672,10 +685,14 @@ default="auto"
         fitted = np.ones(n, dtype=bool)
         if held is not None:
             fitted[held] = False
+        fw = hw = w  # the rows' weights in training and held out
+        if split is not None and w is not None:
+            fw, hw = (part.to(torch.float64) for part in split)
+            fitted = to_numpy(fw) > 0
         rows = torch.as_tensor(np.flatnonzero(fitted), device=dev)
         F = self._noise_design(Xt, Phi)
         e2 = (Yt.reshape(-1).to(torch.float64) - f.reshape(-1).to(torch.float64)).square()
-        model = fit_log_noise(F[rows], e2[rows], None if w is None else w[rows])
+        model = fit_log_noise(F[rows], e2[rows], None if w is None else fw[rows])
         g = model(F)
         ww = torch.ones_like(g) if w is None else w
         model = model.shift(math.log(float((ww * torch.exp(-g)).sum() / ww.sum())))
@@ -683,12 +700,13 @@ default="auto"
         floor = 1e-8
         if held is not None:
             hv = torch.as_tensor(held, device=dev)
-            floor = max(float((ww[hv] * e2[hv] * prec[hv]).sum() / ww[hv].sum()), floor)
+            wh = ww if hw is None else hw
+            floor = max(float((wh[hv] * e2[hv] * prec[hv]).sum() / wh[hv].sum()), floor)
         hetero = posterior(None, floor, precision=prec, projection=post.projection)
         keep = self.noise_variance == "heteroscedastic"
         if held is not None and len(held) >= NOISE_MIN_ROWS:
             hv = torch.as_tensor(held, device=dev)
-            wv = None if w is None else (to_numpy(w[hv]), to_numpy(w))
+            wv = None if w is None else (to_numpy(hw[hv]), to_numpy(w))
             method = self.calibration_
             Phi_v = Phi[hv]  # the features the posterior's factor reads: all parameters' (ntk)
             if self.uncertainty == "ntk":

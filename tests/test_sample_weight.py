@@ -312,6 +312,12 @@ def test_dbk_weighted_conditioning_equals_repeated_rows(selection, k, rng):
     first = np.searchsorted(rep, np.arange(len(w)))
     np.testing.assert_allclose(zw.numpy(), zr.numpy()[first], rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(vw.numpy(), vr.numpy()[first], rtol=1e-7)
+    # replicates (inputs that recur): one copy out, the repeated rows' plain leave-one-out
+    zc, vc = dbk.loo_residuals(feat, Xt, Yt, a[3], a[2], a[4], True, 64, (), _t(w),
+                               copies=True)
+    zr, vr = dbk.loo_residuals(feat, Xt[rep], Yt[rep], a[3], a[2], a[4], True, 64)
+    np.testing.assert_allclose(zc.numpy(), zr.numpy()[first], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(vc.numpy(), vr.numpy()[first], rtol=1e-7)
 
 
 @pytest.mark.parametrize("kind", ["rich", "bll", "ntk"])

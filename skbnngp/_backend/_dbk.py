@@ -26,6 +26,7 @@ from ._blr import (BLREvidence, BLRPosterior, DiagNoiseEvidence, blr_fit_scales,
                    weighted_log_evidence_diag)
 from ._chunks import chunked_apply, iter_slices
 from ._device import to_float
+from ._gp import leave_one_copy_out
 from ._linalg import stable_cholesky
 
 #: The re-chosen noise variance (held-out selection) is at least this fraction of the held-out
@@ -356,7 +357,7 @@ def validation_nll(post_fn, feat, Xv, Yv, state, correction, chunk, weights=None
 
 
 def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights=None,
-                  row_noise=None):
+                  row_noise=None, copies=False):
     """Standardised leave-one-out residuals (n x C) of the rows, in row blocks.
 
     With ``d_i = s2 + c_i`` the noise and correction of row ``i``, ``mu_i`` and ``s_i`` its
@@ -370,7 +371,9 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights
     ``B^-1 D^-1 (y - mu)`` and covariance ``B^-1`` (a twin left in would predict its row).
     With frequency ``weights`` a row (noise ``d_i / w_i``) is left out with all its
     repeats, and its residual is scaled by the variance of one new observation (noise
-    ``d_i``): the leave-one-out predictive variance plus ``d_i (1 - 1/w_i)``.
+    ``d_i``): the leave-one-out predictive variance plus ``d_i (1 - 1/w_i)``; with
+    ``copies`` (inputs that recur: replicates) it loses one copy instead
+    (:func:`~skbnngp._backend._gp.leave_one_copy_out`).
     ``row_noise``: a per-row noise ``row_noise(X_rows, Phi_rows)`` (a
     :class:`NoiseHead`) in place of ``s2``.
     Returns ``z`` and the leave-one-out predictive variances (n,).
@@ -388,8 +391,12 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights
             if weights is not None:  # the merged row's noise d / w; a new row's is d
                 one, d = d, d / weights[sl]
                 gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
-                var[sl] = d * d / gap + (one - d)
-                z[sl] = (Y[sl] - mean) * (d / gap).unsqueeze(1) / var[sl].sqrt().unsqueeze(1)
+                r = (Y[sl] - mean) * (d / gap).unsqueeze(1)
+                if copies:
+                    r, var[sl] = leave_one_copy_out(r, d * d / gap, weights[sl], one)
+                else:
+                    var[sl] = d * d / gap + (one - d)
+                z[sl] = r / var[sl].sqrt().unsqueeze(1)
                 continue
             gap = torch.clamp(d - var_f, min=torch.finfo(d.dtype).tiny)
             z[sl] = (Y[sl] - mean) / torch.sqrt(gap).unsqueeze(1)

@@ -503,8 +503,9 @@ def leave_one_copy_out(r, v, weights, noise):
     residual of the copy is ``y - E f = c alpha / (1 + delta a)`` and the latent variance
     ``c (1 - a s / w) / (1 + delta a)``, to which one observation's ``s`` is added. Both
     tend to the whole-row values as ``w -> 1``. Rows with ``w <= 1`` are left out whole.
+    ``noise``: one observation's noise, a number or one per row.
     """
-    s = float(noise)
+    s = torch.as_tensor(noise, dtype=v.dtype, device=v.device)
     w = torch.as_tensor(weights, dtype=v.dtype, device=v.device)
     many = w > 1.0
     wm = torch.where(many, w, torch.full_like(w, 2.0))  # no division by 0 where unused
