@@ -15,7 +15,7 @@ from ._backend import iter_slices, to_numpy
 from ._backend._onehot import argmax_proba, label_variance, loo_noise_search
 from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
 from ._base import (TorchEstimatorMixin, check_class_labels, check_weights, collapse_rows,
-                    duplicate_groups, plain, transactional)
+                    duplicate_groups, inputs_recur, plain, transactional)
 from ._predictive import ClassifierPredictiveMixin
 from . import _student_t as _regressor_module
 from ._student_t import StudentTProcessRegressor
@@ -206,7 +206,11 @@ random_state, verbose
             duplicate rows are merged into one row of summed weight, so integer weights
             and repeated rows give the same model; the weights are scaled to mean 1,
             because a repeated row of equal labels is not new evidence about the noise
-            (counted as such, it drives the evidence's noise to 0). None: every row once.
+            (counted as such, it drives the evidence's noise to 0). Where inputs recur
+            (categories: fewer than half of the distinct rows have an input of their
+            own) the repeats are replicates and every copy counts: the weights are kept
+            as they are and the noise search leaves one copy out at a time. None: every
+            row once.
 
         Returns
         -------
@@ -231,23 +235,26 @@ random_state, verbose
         Y = (y[:, None] == self.classes_[None, :]).astype(float) + low
         yi = np.searchsorted(self.classes_, y)
         X, Y, w = collapse_rows(X, Y, sw)
-        if w is not None:  # relative weights: a repeat sharpens a row, it adds no row
+        # inputs that recur (categories): the merged rows are replicates, each copy counts
+        copies = w is not None and inputs_recur(duplicate_groups(X), X.shape[0])
+        if w is not None and not copies:  # a repeat sharpens a row, it adds no row
             if sw is None and w.mean() >= REPEATED_ROWS_WARN:
                 warnings.warn(
                     f"{type(self).__name__}: the {int(w.sum())} rows hold only {w.size} "
                     f"distinct (x, label) rows, each repeated {w.mean():.0f} times on "
-                    "average. The classifier counts a repeated row once (a duplicated record "
-                    "is not new evidence), so on inputs that recur by design, such as "
-                    "categories, it sees too little evidence and its probabilities can be "
-                    "flat. FiDGPClassifier counts every row.", UserWarning, stacklevel=2)
+                    "average, and most inputs carry a single label. The classifier counts "
+                    "such a repeated row once (a duplicated record is not new evidence), so "
+                    "if the repeats are replicates (categories of one label each) it sees "
+                    "too little evidence and its probabilities can be flat. "
+                    "FiDGPClassifier counts every row.", UserWarning, stacklevel=2)
             w = w / w.mean()
         yi = np.argmax(Y, axis=1)
         bounds = HYPERPARAMETER_BOUNDS
         use_loo = (ALPHA_SELECTION == "loo" and self.optimizer is not None
                    and not isinstance(bounds["alpha"], str))
         if self.ard == "auto" and use_loo and X.shape[1] > 1:
-            fits = [self._fit_one(X, Y, yi, False, use_loo, bounds, low, w),
-                    self._fit_one(X, Y, yi, True, use_loo, bounds, low, w)]
+            fits = [self._fit_one(X, Y, yi, False, use_loo, bounds, low, w, copies),
+                    self._fit_one(X, Y, yi, True, use_loo, bounds, low, w, copies)]
             chosen, self.ard_loo_gain_ = fits[0], None
             if fits[0]["rows"] is not None and fits[1]["rows"] is not None:
                 mean, se, pays = paired_gain(fits[0]["rows"] - fits[1]["rows"],
@@ -259,7 +266,7 @@ random_state, verbose
                     chosen = fits[1]
         else:
             chosen = self._fit_one(X, Y, yi, self.ard != "auto" and bool(self.ard), use_loo,
-                                   bounds, low, w)
+                                   bounds, low, w, copies)
             self.ard_loo_gain_ = None
         for w in chosen["warnings"]:  # only the kept model's warnings reach the user
             warnings.warn(w.message, w.category, stacklevel=2)
@@ -289,7 +296,7 @@ random_state, verbose
         at_floor = abs(math.log(fit["alpha_evidence"] / bounds["alpha"][0])) < 1e-3
         return at_floor and any(not b.startswith("alpha=") for b in fit["bounds"])
 
-    def _fit_one(self, X, Y, yi, ard, use_loo, bounds, low, w=None):
+    def _fit_one(self, X, Y, yi, ard, use_loo, bounds, low, w=None, copies=False):
         """One regressor (``ard`` given) with its leave-one-out ``alpha`` and label noise.
 
         Returns a dict: ``reg``, ``alpha_evidence``, ``loo`` (mean LOO log loss or None),
@@ -330,7 +337,8 @@ random_state, verbose
                 eng.kernel(p, eng.X), eng.Y, yi, posterior, grid,
                 int(np.searchsorted(grid, alpha_ev)), low=low, weights=LABEL_VARIANCE_GRID,
                 fixed_weight=fixed_w, n_nodes=LOO_NODES, coarse=LOO_COARSE,
-                groups=duplicate_groups(to_numpy(eng.X)), row_weights=eng.weights)
+                groups=[] if copies else duplicate_groups(to_numpy(eng.X)),
+                row_weights=eng.weights, copies=copies)
             if found is not None:
                 i, out["loo"], out["eps"], out["rows"], out["w"] = found
                 if grid[i] != alpha_ev:

@@ -498,17 +498,26 @@ def test_verbose_reports_under_the_classifiers_name(capsys):
     assert all("converged" in line or "without meeting tol" in line for line in ends)
 
 
-def test_rows_repeated_by_design_warn_that_they_count_once():
-    """Eight one-hot categories, 400 rows: the 16 distinct (x, label) rows count once each
-    (relative weights), so the probabilities came out flat (0.5 for every category, log loss
-    0.69 against 0.53 for the true ones) with only a warning about ``alpha``'s bound. The
-    fit now says why; rows given twice (a duplicated record) and plain rows do not warn."""
+def test_categorical_inputs_count_every_copy():
+    """Eight one-hot categories, 400 rows: the 16 distinct (x, label) rows counted once each
+    (relative weights), so every probability came out 0.5 (log loss 0.69 against 0.53 for
+    the true ones). Where inputs recur the copies are replicates and count: each category's
+    probability within 0.1 of its rows' frequency (their standard errors are about 0.07)
+    and no warning. A category of a single label repeated (replicates that look like data
+    given several times) still counts once, and says so; iris and iris given twice (a
+    duplicated record) do not warn."""
     rng = np.random.default_rng(0)
     g = rng.integers(0, 8, 400)
     p = np.array([0.9, 0.8, 0.7, 0.6, 0.4, 0.3, 0.2, 0.1])[g]
     X, y = np.eye(8)[g], (rng.uniform(size=400) < p).astype(int)
-    with pytest.warns(UserWarning, match=r"400 rows hold only 16 distinct \(x, label\) rows"):
-        StudentTProcessClassifier(max_iter=20, random_state=0).fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = StudentTProcessClassifier(random_state=0).fit(X, y)
+    assert not [w for w in caught if "distinct (x, label)" in str(w.message)]
+    freq = np.array([y[g == k].mean() for k in range(8)])
+    assert np.max(np.abs(model.predict_proba(np.eye(8))[:, 1] - freq)) < 0.1
+    with pytest.warns(UserWarning, match=r"400 rows hold only 8 distinct \(x, label\) rows"):
+        StudentTProcessClassifier(max_iter=20, random_state=0).fit(X, g % 2)
     Xi, yi = load_iris(return_X_y=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

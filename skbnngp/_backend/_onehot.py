@@ -14,6 +14,7 @@ from numpy.polynomial.hermite_e import hermegauss
 
 from ._chunks import iter_slices
 from ._device import as_tensor, to_numpy
+from ._gp import leave_one_copy_out
 
 __all__ = ["argmax_proba", "label_variance", "loo_noise_search"]
 
@@ -67,7 +68,7 @@ def label_variance(mu, low):
 
 
 def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_weight=None,
-                     n_nodes=8, coarse=4, groups=(), row_weights=None):
+                     n_nodes=8, coarse=4, groups=(), row_weights=None, copies=False):
     """The noise ratio on ``grid`` of smallest leave-one-out class log loss.
 
     With ``K_a = K + a I = U diag(e + a) U^T``, the predictive of the one-hot row ``i`` given
@@ -127,7 +128,10 @@ def loo_noise_search(K, Y, yi, posterior, grid, start, *, low, weights, fixed_we
                 Binv = torch.linalg.inv(B if h is None else h[g, None] * B * h[None, g])
                 mu[g] = Y[g] - Binv @ dual[g]
                 var[g] = Binv.diagonal()
-            if h is not None:  # one observation's noise a, not the weighted row's a / w
+            if h is not None and copies:  # replicates: a merged row loses one copy
+                r, var = leave_one_copy_out(Y - mu, var, row_weights, a)
+                mu = Y - r
+            elif h is not None:  # one observation's noise a, not the weighted row's a / w
                 var = var + a * (1.0 - 1.0 / row_weights)
             mix = posterior(q, logdet)
             P = argmax_proba(mu, var, mix.quantile_nodes(n_nodes), n_nodes,

@@ -199,3 +199,32 @@ def test_leave_group_out_equals_refitting_without_each_group(engine, batch, monk
     r_bf, v_bf = _brute_force_groups(Kn.numpy(), Y.numpy(), all_groups)
     np.testing.assert_allclose(r.numpy(), r_bf, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(v.numpy(), v_bf, rtol=1e-6, atol=1e-10)
+
+
+def test_classifier_noise_search_counts_each_copy_of_a_replicate():
+    """The Student-t classifier's leave-one-out noise search on merged rows (weights w,
+    one copy out at a time) scores exactly as on the repeated rows, each left out alone
+    with its twins kept: the same chosen noise, loss, label noise and per-row losses."""
+    from skbnngp._backend._onehot import loo_noise_search
+    from skbnngp._scale_mixture import Mixing
+
+    rng = np.random.default_rng(0)
+    Xd = torch.as_tensor(np.repeat(np.eye(4), 2, axis=0), dtype=torch.float64)  # 4 inputs
+    yi = np.array([0, 1] * 4)  # each input carries both labels: 8 distinct rows
+    w = rng.integers(1, 6, size=8).astype(float)
+    rep = np.repeat(np.arange(8), w.astype(int))
+    Y = torch.as_tensor((yi[:, None] == np.arange(2)[None, :]) + 0.1, dtype=torch.float64)
+    K = _rbf({"amp": torch.tensor(1.5), "ls": torch.tensor(1.0)}, Xd)
+    grid = np.geomspace(1e-2, 10.0, 13)
+
+    def posterior(q, logdet):
+        return Mixing("delta", value=0.7)
+
+    common = {"low": 0.1, "weights": (0.0, 0.5), "coarse": 1}
+    merged = loo_noise_search(K, Y, yi, posterior, grid, 6, row_weights=torch.as_tensor(w),
+                              copies=True, **common)
+    repeated = loo_noise_search(K[rep][:, rep], Y[rep], yi[rep], posterior, grid, 6, **common)
+    assert merged[0] == repeated[0] and merged[2] == repeated[2] and merged[4] == repeated[4]
+    assert merged[1] == pytest.approx(repeated[1], rel=1e-9)
+    np.testing.assert_allclose(merged[3], repeated[3][np.searchsorted(rep, np.arange(8))],
+                               rtol=1e-8)
