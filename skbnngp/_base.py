@@ -342,12 +342,28 @@ def weighted_median(values, weights=None):
 UNIQUE_INPUT_SHARE = 0.5
 
 
-def inputs_recur(groups, n):
-    """Whether the inputs of ``n`` rows recur (a categorical design, replicates): fewer than
-    :data:`UNIQUE_INPUT_SHARE` of the rows have an input of their own. ``groups`` are the
-    rows' :func:`duplicate_groups`; rows are the distinct ``(x, y)`` left once exact repeats
-    are merged, so data given twice does not make its inputs recur."""
-    return bool(groups) and n - sum(len(g) for g in groups) < UNIQUE_INPUT_SHARE * n
+#: Merged rows that stand for at least this many copies on average (integer weights) are
+#: replicates (a design whose cells each hold one value, aggregated counts), not a data set
+#: given several times over.
+REPLICATE_COPIES = 5.0
+
+
+def inputs_recur(groups, n, weights=None):
+    """Whether the rows are replicates of a design rather than distinct observations.
+
+    ``n`` rows are the distinct ``(x, y)`` left once exact repeats are merged (``weights``:
+    their summed weights, None: once each), so data given twice is not a design; ``groups``
+    are their :func:`duplicate_groups`. True when fewer than :data:`UNIQUE_INPUT_SHARE` of
+    the rows have an input of their own (a categorical design), or when integer weights
+    average at least :data:`REPLICATE_COPIES` copies a row (categories of a single value
+    each, aggregated counts).
+    """
+    if bool(groups) and n - sum(len(g) for g in groups) < UNIQUE_INPUT_SHARE * n:
+        return True
+    if weights is None:
+        return False
+    w = np.asarray(weights, dtype=np.float64)
+    return bool(np.all(w == np.round(w)) and w.mean() >= REPLICATE_COPIES)
 
 
 def held_out_split(estimator, n, rng, fraction, X=None, weights=None):
@@ -377,8 +393,8 @@ def held_out_split(estimator, n, rng, fraction, X=None, weights=None):
                          f"of {n} rows leaves no training rows; lower it or set "
                          "early_stopping=False.")
     groups = duplicate_groups(X) if X is not None else []
-    if inputs_recur(groups, n):
-        groups = []  # recurring inputs: rows one by one
+    if X is not None and inputs_recur(groups, n, w):
+        groups = []  # replicates: rows one by one
         whole = None if w is None else np.round(w)
         if whole is not None and np.any((whole == w) & (whole >= 2)):
             return _split_copies(rng, fraction, w, np.where((whole == w) & (whole >= 2),

@@ -181,14 +181,14 @@ class RegressorPredictiveMixin:
             return
         r, v = engine.loo(state, params)
         groups = duplicate_groups(to_numpy(engine.X))
-        recur = inputs_recur(groups, engine.n)
+        w = getattr(engine, "weights", None)
+        recur = inputs_recur(groups, engine.n, None if w is None else to_numpy(w))
         if groups and not recur:
             # rows that repeat one input are left out together: a twin left in the training
             # set predicts its row exactly, and the calibration would collapse the intervals
             r, v = leave_group_out(engine, state, params, r, v, groups)
         noise = state.get("noise")
         noise = params["noise_variance"] if noise is None else noise
-        w = getattr(engine, "weights", None)
         if w is not None and recur:
             # inputs recur (a categorical design): a merged row stands for replicates, and a
             # new row at its input meets the other copies, so one copy is left out

@@ -55,11 +55,6 @@ ALPHA_SELECTION = "loo"
 LABEL_VARIANCE = "auto"
 LABEL_VARIANCE_GRID = (0.0, 0.125, 0.25, 0.5, 1.0)
 
-#: The fit warns when the rows repeat one ``(x, label)`` this many times on average: it counts
-#: a repeated row once, which on inputs that recur by design (categories) leaves too little
-#: evidence and can flatten every probability (doc/whats_new.rst, categorical designs).
-REPEATED_ROWS_WARN = 5.0
-
 #: Leave-one-out grid: points per decade of ``alpha``, Gauss-Hermite and scale nodes that
 #: score a point, and the stride of the coarse pass (1: every point).
 LOO_PER_DECADE, LOO_NODES, LOO_COARSE = 4, 8, 4
@@ -206,11 +201,11 @@ random_state, verbose
             duplicate rows are merged into one row of summed weight, so integer weights
             and repeated rows give the same model; the weights are scaled to mean 1,
             because a repeated row of equal labels is not new evidence about the noise
-            (counted as such, it drives the evidence's noise to 0). Where inputs recur
-            (categories: fewer than half of the distinct rows have an input of their
-            own) the repeats are replicates and every copy counts: the weights are kept
-            as they are and the noise search leaves one copy out at a time. None: every
-            row once.
+            (counted as such, it drives the evidence's noise to 0). Where the rows are
+            replicates of a design (categories: fewer than half of the distinct rows have
+            an input of their own, or integer weights of 5 copies a row or more on
+            average) every copy counts: the weights are kept as they are and the noise
+            search leaves one copy out at a time. None: every row once.
 
         Returns
         -------
@@ -236,17 +231,8 @@ random_state, verbose
         yi = np.searchsorted(self.classes_, y)
         X, Y, w = collapse_rows(X, Y, sw)
         # inputs that recur (categories): the merged rows are replicates, each copy counts
-        copies = w is not None and inputs_recur(duplicate_groups(X), X.shape[0])
+        copies = w is not None and inputs_recur(duplicate_groups(X), X.shape[0], w)
         if w is not None and not copies:  # a repeat sharpens a row, it adds no row
-            if sw is None and w.mean() >= REPEATED_ROWS_WARN:
-                warnings.warn(
-                    f"{type(self).__name__}: the {int(w.sum())} rows hold only {w.size} "
-                    f"distinct (x, label) rows, each repeated {w.mean():.0f} times on "
-                    "average, and most inputs carry a single label. The classifier counts "
-                    "such a repeated row once (a duplicated record is not new evidence), so "
-                    "if the repeats are replicates (categories of one label each) it sees "
-                    "too little evidence and its probabilities can be flat. "
-                    "FiDGPClassifier counts every row.", UserWarning, stacklevel=2)
             w = w / w.mean()
         yi = np.argmax(Y, axis=1)
         bounds = HYPERPARAMETER_BOUNDS
