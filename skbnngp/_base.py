@@ -424,15 +424,46 @@ def held_out_split(estimator, n, rng, fraction, X=None, weights=None):
     return tr, val, None if w is None else w[tr], None if w is None else w[val]
 
 
+#: Above this many copies in all, a split draws how many of each row's copies it holds out
+#: (:func:`draw_copies`) instead of listing every copy (aggregated counts can reach 10^9).
+MAX_LISTED_COPIES = 10**6
+
+
+def draw_copies(rng, counts, k):
+    """How many of each row's ``counts`` copies a draw of ``k`` copies without replacement
+    takes: ``k`` of the listed copies in random order, or, beyond
+    :data:`MAX_LISTED_COPIES` copies, one row at a time (hypergeometric draws; binomial ones
+    past numpy's 10^9 limit, clipped so that the total is ``k``). ``rng``: a RandomState or
+    Generator."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.sum() <= MAX_LISTED_COPIES:
+        units = np.repeat(np.arange(counts.size), counts)
+        return np.bincount(rng.permutation(units)[:k], minlength=counts.size)
+    take, left, rest = np.zeros_like(counts), int(k), int(counts.sum())
+    for i in range(counts.size):
+        c = int(counts[i])
+        rest -= c
+        if left == 0:
+            break
+        if rest == 0:
+            t = left
+        elif c + rest < 10**9:
+            t = int(rng.hypergeometric(c, rest, left))
+        else:
+            t = int(rng.binomial(left, c / (c + rest)))
+        take[i] = t = min(c, left, max(t, left - rest))
+        left -= t
+    return take
+
+
 def _split_copies(rng, fraction, w, copies):
     """:func:`held_out_split` over copies: row ``i`` is ``copies[i]`` units of weight 1
     (0: one unit of weight ``w[i]``, kept whole); ``ceil(fraction units)`` units are held
     out at random, at least one left to train on."""
-    units = np.repeat(np.arange(w.size), np.maximum(copies, 1))
-    k = min(units.size - 1, int(math.ceil(fraction * units.size)))
-    out = rng.permutation(units)[:k]
-    held = np.zeros(w.size)
-    np.add.at(held, out, np.where(copies[out] > 0, 1.0, w[out]))
+    units = np.maximum(copies, 1)
+    k = min(int(units.sum()) - 1, int(math.ceil(fraction * units.sum())))
+    out = draw_copies(rng, units, k)
+    held = np.where(copies > 0, out, out * w).astype(np.float64)
     rest = w - held
     tr, va = np.flatnonzero(rest > 0), np.flatnonzero(held > 0)
     return tr, va, rest[tr], held[va]

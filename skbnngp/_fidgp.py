@@ -24,8 +24,8 @@ from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_ba
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_class_labels, check_hidden_layer_sizes, check_predict_params,
-                    fit_input_scaling, network_weights, plain, threaded, transactional,
-                    warn_training)
+                    draw_copies, fit_input_scaling, network_weights, plain, threaded,
+                    transactional, warn_training)
 from ._calibration import CLASSIFIER_CALIBRATION
 from ._predictive import ClassifierPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -500,13 +500,13 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         held = np.zeros(len(y_idx))
         for c in range(n_classes):
             rows = rng.permutation(np.flatnonzero(y_idx == c))
-            units = np.repeat(rows, np.maximum(copies[rows], 1))
-            k = min(len(units) - 1, max(1, round(self.validation_fraction * len(units))))
-            if units.size > rows.size:  # copies to split: draw the held-out ones
-                units = rng.permutation(units)
-            out = units[:k]
-            np.add.at(held, out, np.where(copies[out] > 0, 1.0, 1.0 if weights is None
-                                          else weights[out]))
+            counts = np.maximum(copies[rows], 1)
+            total = int(counts.sum())
+            k = min(total - 1, max(1, round(self.validation_fraction * total)))
+            take = (draw_copies(rng, counts, k) if total > rows.size  # copies to split
+                    else (np.arange(rows.size) < k).astype(np.int64))
+            held[rows] += np.where(copies[rows] > 0, take, take * (
+                1.0 if weights is None else weights[rows]))
         val = np.flatnonzero(held > 0)
         if weights is None:
             return np.flatnonzero(held == 0), val, None, None

@@ -55,6 +55,11 @@ ALPHA_SELECTION = "loo"
 LABEL_VARIANCE = "auto"
 LABEL_VARIANCE_GRID = (0.0, 0.125, 0.25, 0.5, 1.0)
 
+#: Most copies a replicated row counts (larger weights are scaled down to it): beyond, the
+#: probabilities are the cells' frequencies to about three digits, and the noise search in
+#: float64 fails (10^9 copies a row gave 0.53 for a cell of frequency 0.07).
+MAX_COPIES = 1e6
+
 #: Leave-one-out grid: points per decade of ``alpha``, Gauss-Hermite and scale nodes that
 #: score a point, and the stride of the coarse pass (1: every point).
 LOO_PER_DECADE, LOO_NODES, LOO_COARSE = 4, 8, 4
@@ -234,6 +239,8 @@ random_state, verbose
         copies = w is not None and inputs_recur(duplicate_groups(X), X.shape[0], w)
         if w is not None and not copies:  # a repeat sharpens a row, it adds no row
             w = w / w.mean()
+        elif copies:  # past MAX_COPIES a row, float64 loses the noise against the weights
+            w = w * min(1.0, MAX_COPIES / w.max())
         yi = np.argmax(Y, axis=1)
         bounds = HYPERPARAMETER_BOUNDS
         use_loo = (ALPHA_SELECTION == "loo" and self.optimizer is not None

@@ -120,6 +120,15 @@ def test_held_out_split_splits_the_copies_of_merged_rows_where_inputs_recur():
     assert held.sum() - held[3] + (held[3] > 0) == np.ceil(0.2 * (w.sum() - 1.5))  # 2.5: a unit
     assert np.all(train[w >= 5] > 0) and set(map(tuple, X[tr])) == set(map(tuple, X))
     assert len(np.intersect1d(tr, va)) > 0  # some rows on both sides
+    big = w * 10**8  # aggregated counts: drawn row by row, never listed copy by copy
+    big[3] = 2.5
+    tr, va, wtr, wva = held_out_split(None, 20, np.random.RandomState(1), 0.2, X=X,
+                                      weights=big)
+    train, held = np.zeros(20), np.zeros(20)
+    train[tr], held[va] = wtr, wva
+    np.testing.assert_array_equal(train + held, big)
+    assert held.sum() - held[3] + (held[3] > 0) == np.ceil(0.2 * (big.sum() - 1.5))
+    assert abs(held / big - 0.2)[big > 1e8].max() < 0.01  # about a fifth of every row
     Xu = np.random.default_rng(1).normal(size=(20, 2))  # unique inputs: whole rows
     tr, va, wtr, wva = held_out_split(None, 20, np.random.RandomState(1), 0.2, X=Xu, weights=w)
     assert len(np.intersect1d(tr, va)) == 0 and len(va) == 4

@@ -368,6 +368,15 @@ def test_the_validation_split_keeps_repeats_whole_and_splits_design_points():
         assert abs(held - 0.1 * w[yy == c].sum()) <= 1
     # every cell keeps rows of both labels in training where it has both
     assert set(map(tuple, XX[train])) == set(map(tuple, XX))
+    # aggregated counts up to 10^9 copies a row: drawn row by row, never listed copy by copy
+    big = np.where(w > 2, w * 10**8, w)
+    train, val, w_train, w_val = clf._validation_split(yy, 2, 5, XX, big)
+    total = np.zeros(len(yy))
+    np.add.at(total, train, w_train)
+    np.add.at(total, val, w_val)
+    np.testing.assert_array_equal(total, big)
+    for c in (0, 1):
+        assert abs(w_val[yy[val] == c].sum() - 0.1 * big[yy == c].sum()) <= 1
 
 
 def test_a_categorical_design_keeps_its_temperature_near_one():

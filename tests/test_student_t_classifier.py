@@ -516,6 +516,11 @@ def test_categorical_inputs_count_every_copy():
     assert not [w for w in caught if "distinct (x, label)" in str(w.message)]
     freq = np.array([y[g == k].mean() for k in range(8)])
     assert np.max(np.abs(model.predict_proba(np.eye(8))[:, 1] - freq)) < 0.1
+    with warnings.catch_warnings():  # aggregated counts of 10^9 a row: the same cells
+        warnings.simplefilter("ignore")
+        heavy = StudentTProcessClassifier(random_state=0).fit(X, y, sample_weight=np.full(
+            400, 1e9))
+    assert np.max(np.abs(heavy.predict_proba(np.eye(8))[:, 1] - freq)) < 0.1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the kernel's amplitude ends on its bound
         lookup = StudentTProcessClassifier(random_state=0).fit(X, g % 2)
