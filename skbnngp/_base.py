@@ -348,7 +348,7 @@ UNIQUE_INPUT_SHARE = 0.5
 REPLICATE_COPIES = 5.0
 
 
-def inputs_recur(groups, n, weights=None):
+def rows_replicate(groups, n, weights=None):
     """Whether the rows are replicates of a design rather than distinct observations.
 
     ``n`` rows are the distinct ``(x, y)`` left once exact repeats are merged (``weights``:
@@ -375,8 +375,9 @@ def held_out_split(estimator, n, rng, fraction, X=None, weights=None):
     The rows are a network's training rows after :func:`network_weights`, which merges exact
     repeats of ``(x, y)`` into one weighted row. With ``X``, rows that share an input (whose
     targets differ) stay on one side when at least :data:`UNIQUE_INPUT_SHARE` of the rows
-    have an input of their own; when inputs recur more than that (:func:`inputs_recur`),
-    they are split like any other rows, since holding out every row of an input leaves it
+    have an input of their own; where the rows are replicates of a design
+    (:func:`rows_replicate`: inputs that recur more than that, or many copies a row), they
+    are split like any other rows, since holding out every row of an input leaves it
     untrained (a whole category of a categorical design; measured in doc/whats_new.rst),
     and a merged row of integer weight ``w >= 2`` counts as ``w`` rows whose copies are
     split one by one (held out whole, its value was missing from its category's training
@@ -393,7 +394,7 @@ def held_out_split(estimator, n, rng, fraction, X=None, weights=None):
                          f"of {n} rows leaves no training rows; lower it or set "
                          "early_stopping=False.")
     groups = duplicate_groups(X) if X is not None else []
-    if X is not None and inputs_recur(groups, n, w):
+    if X is not None and rows_replicate(groups, n, w):
         groups = []  # replicates: rows one by one
         whole = None if w is None else np.round(w)
         if whole is not None and np.any((whole == w) & (whole >= 2)):

@@ -41,7 +41,7 @@ from ._base import (
     fit_input_scaling,
     fit_transaction,
     held_out_split,
-    inputs_recur,
+    rows_replicate,
     network_weights,
     transactional,
     user_network,
@@ -724,7 +724,7 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 self.elbo_ = None
                 if method is not None:
                     groups = duplicate_groups(to_numpy(Xall))
-                    recur = inputs_recur(duplicate_groups(X), X.shape[0], w)
+                    recur = rows_replicate(duplicate_groups(X), X.shape[0], w)
                     z, v = dbk.loo_residuals(feat, Xall, Yall, post, s2, M, correction,
                                              chunk, [] if recur else groups, wall,
                                              row_noise=head, copies=recur)

@@ -30,7 +30,7 @@ from ._backend import (
 from ._base import (
     check_predict_params,
     duplicate_groups,
-    inputs_recur,
+    rows_replicate,
     plain,
     threaded,
     weighted_median,
@@ -168,21 +168,21 @@ class RegressorPredictiveMixin:
         Gaussian-process ``engine`` (one O(n^3) pass over its factor; none when ``method``
         is None).
 
-        Rows that share an input are left out together, unless the inputs recur
-        (:func:`~skbnngp._base.inputs_recur`: a categorical design, where a new row's input
-        was most likely seen and holding out a whole category would score an extrapolation).
+        Rows that share an input are left out together, unless the rows are replicates of a
+        design (:func:`~skbnngp._base.rows_replicate`: categories, where a new row's input was
+        most likely seen and holding out a whole category would score an extrapolation).
         With row weights ``w`` (``engine.weights``: distinct rows standing for ``w`` repeats,
         :func:`~skbnngp._base.collapse_rows`) each residual counts ``w`` times and its
         variance is that of one new observation (noise ``s``, not the row's ``s / w``); a
-        row is left out with all its repeats (rows given twice), or, where the inputs recur,
-        one copy at a time (replicates)."""
+        row is left out with all its repeats (rows given twice), or, for replicates, one
+        copy at a time."""
         if method is None:
             self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
             return
         r, v = engine.loo(state, params)
         groups = duplicate_groups(to_numpy(engine.X))
         w = getattr(engine, "weights", None)
-        recur = inputs_recur(groups, engine.n, None if w is None else to_numpy(w))
+        recur = rows_replicate(groups, engine.n, None if w is None else to_numpy(w))
         if groups and not recur:
             # rows that repeat one input are left out together: a twin left in the training
             # set predicts its row exactly, and the calibration would collapse the intervals
@@ -190,8 +190,8 @@ class RegressorPredictiveMixin:
         noise = state.get("noise")
         noise = params["noise_variance"] if noise is None else noise
         if w is not None and recur:
-            # inputs recur (a categorical design): a merged row stands for replicates, and a
-            # new row at its input meets the other copies, so one copy is left out
+            # replicates (a categorical design): a new row at a merged row's input meets the
+            # other copies, so one copy is left out
             r, v = leave_one_copy_out(r, v, w, noise)
             w = to_numpy(w)
         elif w is not None:  # the held-out row's own noise s / w -> one observation's s

@@ -15,7 +15,7 @@ from ._backend import iter_slices, to_numpy
 from ._backend._onehot import argmax_proba, label_variance, loo_noise_search
 from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
 from ._base import (TorchEstimatorMixin, check_class_labels, check_weights, collapse_rows,
-                    duplicate_groups, inputs_recur, plain, transactional)
+                    duplicate_groups, rows_replicate, plain, transactional)
 from ._predictive import ClassifierPredictiveMixin
 from . import _student_t as _regressor_module
 from ._student_t import StudentTProcessRegressor
@@ -235,8 +235,8 @@ random_state, verbose
         Y = (y[:, None] == self.classes_[None, :]).astype(float) + low
         yi = np.searchsorted(self.classes_, y)
         X, Y, w = collapse_rows(X, Y, sw)
-        # inputs that recur (categories): the merged rows are replicates, each copy counts
-        copies = w is not None and inputs_recur(duplicate_groups(X), X.shape[0], w)
+        # replicates of a design (categories): each copy of a merged row counts
+        copies = w is not None and rows_replicate(duplicate_groups(X), X.shape[0], w)
         if w is not None and not copies:  # a repeat sharpens a row, it adds no row
             w = w / w.mean()
         elif copies:  # past MAX_COPIES a row, float64 loses the noise against the weights

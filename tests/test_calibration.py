@@ -102,7 +102,7 @@ def test_held_out_split_groups_repeated_inputs_only_where_most_inputs_are_unique
     assert len(va) == 20 and set(map(tuple, XC[tr])) == set(map(tuple, XC))
 
 
-def test_held_out_split_splits_the_copies_of_merged_rows_where_inputs_recur():
+def test_held_out_split_splits_the_copies_of_merged_rows_where_rows_replicate():
     """Integer targets on categories merge into weighted rows; held out whole, a row took
     every copy of its value out of its category's training rows. Where inputs recur the
     copies are split one by one: each copy on exactly one side, a fifth of them held out,

@@ -372,7 +372,7 @@ def loo_residuals(feat, X, Y, post, s2, M, correction, chunk, groups=(), weights
     With frequency ``weights`` a row (noise ``d_i / w_i``) is left out with all its
     repeats, and its residual is scaled by the variance of one new observation (noise
     ``d_i``): the leave-one-out predictive variance plus ``d_i (1 - 1/w_i)``; with
-    ``copies`` (inputs that recur: replicates) it loses one copy instead
+    ``copies`` (replicates of a design) it loses one copy instead
     (:func:`~skbnngp._backend._gp.leave_one_copy_out`).
     ``row_noise``: a per-row noise ``row_noise(X_rows, Phi_rows)`` (a
     :class:`NoiseHead`) in place of ``s2``.
