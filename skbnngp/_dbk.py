@@ -615,10 +615,14 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         Y = self._normalise_targets(y, w)
         tr, va, wtr, wva = held_out_split(self, X.shape[0], rng, self._validation_fraction()
                                           if self.early_stopping else None, X=X, weights=w)
+        # replicates of a design: each copy of a merged row is a row (the noise is read
+        # within an input), otherwise a merged row is one
+        replicates = rows_replicate(duplicate_groups(X), X.shape[0], w)
+        n_rows = round(float(wtr.sum())) if replicates and wtr is not None else len(tr)
         wtr = None if wtr is None else as_tensor(wtr, device, dtype)
         wva = None if wva is None else as_tensor(wva, device, dtype)
-        if self.n_basis >= len(tr):
-            warnings.warn(f"{name}: n_basis={self.n_basis} >= the {len(tr)} training rows: "
+        if self.n_basis >= n_rows:
+            warnings.warn(f"{name}: n_basis={self.n_basis} >= the {n_rows} training rows: "
                           "the kernel has at least as many basis functions as data, so the "
                           "features can interpolate the targets and the noise estimate is "
                           "unreliable; use fewer basis functions.", UserWarning, stacklevel=3)
@@ -724,10 +728,9 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 self.elbo_ = None
                 if method is not None:
                     groups = duplicate_groups(to_numpy(Xall))
-                    recur = rows_replicate(duplicate_groups(X), X.shape[0], w)
                     z, v = dbk.loo_residuals(feat, Xall, Yall, post, s2, M, correction,
-                                             chunk, [] if recur else groups, wall,
-                                             row_noise=head, copies=recur)
+                                             chunk, [] if replicates else groups, wall,
+                                             row_noise=head, copies=replicates)
                     z, v = to_numpy(z), to_numpy(v)
                     wn = None if wall is None else to_numpy(wall)
                     own = to_float(s2) if head is None else to_numpy(row_noise)

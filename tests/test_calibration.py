@@ -168,15 +168,17 @@ def test_the_networks_learn_every_categorys_mean_from_integer_targets(Est):
     weighted rows, and the validation split held such a row out whole, so a category
     trained without every row of some value (DBK's category means were off by up to 3.8,
     Rich-BLL's by 2.2, here). The copies are now split: every category's mean within 0.6
-    of its rows' (their standard errors are 0.12-0.37)."""
+    of its rows' (their standard errors are 0.12-0.37). DBK also warned that its 128 basis
+    functions outnumbered "the 41 training rows" (the distinct (x, y) rows of 300)."""
     rng = np.random.default_rng(1)
     g = rng.integers(0, 5, 300)
     X, y = np.eye(5)[g], rng.poisson(np.array([1, 2, 3, 5, 8.0])[g]).astype(float)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         model = Est(random_state=1).fit(X, y)
     means = np.array([y[g == k].mean() for k in range(5)])
     assert np.max(np.abs(model.predict(np.eye(5)) - means)) < 0.6
+    assert not [w for w in caught if "n_basis" in str(w.message)]
 
 
 @pytest.mark.parametrize("Est", GP_REGRESSORS + HELD_OUT)
