@@ -190,7 +190,7 @@ def test_categories_of_a_single_value_each_are_all_learned(Est):
     g = np.random.default_rng(0).integers(0, 5, 300)
     means = np.array([0, 1, 2, -1, 0.5])
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the noise on its lower bound; n_basis >= 5 rows
+        warnings.simplefilter("ignore")  # the noise ends on its lower bound
         model = Est(random_state=0).fit(np.eye(5)[g], means[g])
     np.testing.assert_allclose(model.predict(np.eye(5)), means, atol=0.05)
 
