@@ -24,8 +24,8 @@ from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_ba
 from ._backend._random import NoiseTape
 from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
                     check_class_labels, check_hidden_layer_sizes, check_predict_params,
-                    draw_copies, fit_input_scaling, network_weights, plain, threaded,
-                    transactional, warn_training)
+                    draw_copies, duplicate_groups, fit_input_scaling, network_weights, plain,
+                    rows_replicate, threaded, transactional, warn_training)
 from ._calibration import CLASSIFIER_CALIBRATION
 from ._predictive import ClassifierPredictiveMixin
 from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
@@ -479,7 +479,9 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         one side (a twin in training would make its held-out copy look easy and sharpen
         the temperature: rows given twice), unless its input also carries another label:
         it is then a design point observed many times (a cell of categorical inputs), and
-        its copies are split like separate rows. Held out whole, the training never saw
+        its copies are split like separate rows; so are the copies of every merged row
+        where the rows are replicates of a design (:func:`~._base.rows_replicate`: a cell
+        of a single label, held out whole, was never trained on). Held out whole, the training never saw
         that label there and the temperature flattened every probability (measured in
         doc/whats_new.rst). Without ``weights`` the split is the plain stratified one.
         """
@@ -495,6 +497,8 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
             _, inputs, shared = np.unique(np.asarray(X), axis=0, return_inverse=True,
                                           return_counts=True)
             replicated = shared[inputs.ravel()] >= 2  # the input carries another label
+            if rows_replicate(duplicate_groups(X), len(weights), weights):
+                replicated[:] = True  # a design's replicates: a cell of one label too
             split = replicated & (whole == weights) & (whole >= 2)
             copies[split] = whole[split].astype(np.int64)
         held = np.zeros(len(y_idx))

@@ -399,6 +399,29 @@ def test_a_categorical_design_keeps_its_temperature_near_one():
     assert log_loss(yt, clf.predict_proba(Xt)) < log_loss(yt, np.c_[1 - pt, pt]) + 0.05
 
 
+def test_categories_of_a_single_label_are_not_held_out_whole():
+    """Twenty one-hot categories, 1,000 rows, five always labelled 0 and five always 1: a
+    pure category is one merged row, which the temperature split held out whole (its input
+    carries no other label), so the first stage never saw it and the temperature rose to
+    9-10, flattening every probability. The rows are replicates of a design: their copies
+    are split too."""
+    from sklearn.metrics import log_loss
+
+    rng = np.random.default_rng(0)
+    p = np.r_[np.zeros(5), np.linspace(0.1, 0.9, 10), np.ones(5)]
+
+    def draw(n):
+        g = rng.integers(0, 20, n)
+        return np.eye(20)[g], (rng.uniform(size=n) < p[g]).astype(int), p[g]
+
+    X, y, _ = draw(1000)
+    Xt, yt, pt = draw(4000)
+    clf = FiDGPClassifier(max_iter=100, random_state=0).fit(X, y)
+    assert clf.calibration_ == "temperature" and 0.5 < clf.temperature_ < 2.0
+    true = np.clip(np.c_[1 - pt, pt], 1e-3, 1 - 1e-3)
+    assert log_loss(yt, clf.predict_proba(Xt)) < log_loss(yt, true) + 0.05
+
+
 def test_duplicated_rows_keep_the_log_loss():
     """Issue 53 item 1: trained on every row twice, or with 70 % of the rows repeated, the
     log loss on fresh data stays within 0.05 of the de-duplicated fit's."""
