@@ -479,11 +479,11 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         one side (a twin in training would make its held-out copy look easy and sharpen
         the temperature: rows given twice), unless its input also carries another label:
         it is then a design point observed many times (a cell of categorical inputs), and
-        its copies are split like separate rows; so are the copies of every merged row
-        where the rows are replicates of a design (:func:`~._base.rows_replicate`: a cell
-        of a single label, held out whole, was never trained on). Held out whole, the training never saw
-        that label there and the temperature flattened every probability (measured in
-        doc/whats_new.rst). Without ``weights`` the split is the plain stratified one.
+        its copies are split like separate rows (held out whole, the training never saw
+        that label there and the temperature flattened every probability; measured in
+        doc/whats_new.rst); so are the copies of every merged row where the rows are
+        replicates of a design (:func:`~._base.rows_replicate`: a cell of a single label
+        too). Without ``weights`` the split is the plain stratified one.
         """
         counts = np.bincount(y_idx, minlength=n_classes)
         if counts.min() < 2:
