@@ -342,9 +342,11 @@ def weighted_median(values, weights=None):
 UNIQUE_INPUT_SHARE = 0.5
 
 
-#: Merged rows that stand for at least this many copies on average (integer weights) are
-#: replicates (a design whose cells each hold one value, aggregated counts), not a data set
-#: given several times over.
+#: Merged rows that stand for at least this many copies on average (integer weights), and
+#: for at least as many as there are distinct rows, are replicates (a design of a few cells
+#: that each hold one value), not a data set given several times over (which keeps its many
+#: distinct rows: uniform weights of 10 on 300 rows split copy by copy narrowed Rich-BLL's
+#: 90 % intervals to coverage 0.08).
 REPLICATE_COPIES = 5.0
 
 
@@ -355,15 +357,15 @@ def rows_replicate(groups, n, weights=None):
     their summed weights, None: once each), so data given twice is not a design; ``groups``
     are their :func:`duplicate_groups`. True when fewer than :data:`UNIQUE_INPUT_SHARE` of
     the rows have an input of their own (a categorical design), or when integer weights
-    average at least :data:`REPLICATE_COPIES` copies a row (categories of a single value
-    each, aggregated counts).
+    average at least :data:`REPLICATE_COPIES` copies a row and at least ``n`` (a few cells
+    observed many times: categories of a single value each).
     """
     if bool(groups) and n - sum(len(g) for g in groups) < UNIQUE_INPUT_SHARE * n:
         return True
     if weights is None:
         return False
     w = np.asarray(weights, dtype=np.float64)
-    return bool(np.all(w == np.round(w)) and w.mean() >= REPLICATE_COPIES)
+    return bool(np.all(w == np.round(w)) and w.mean() >= max(REPLICATE_COPIES, n))
 
 
 def held_out_split(estimator, n, rng, fraction, X=None, weights=None):

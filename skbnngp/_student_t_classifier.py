@@ -208,9 +208,9 @@ random_state, verbose
             because a repeated row of equal labels is not new evidence about the noise
             (counted as such, it drives the evidence's noise to 0). Where the rows are
             replicates of a design (categories: fewer than half of the distinct rows have
-            an input of their own, or integer weights of 5 copies a row or more on
-            average) every copy counts: the weights are kept as they are and the noise
-            search leaves one copy out at a time. None: every row once.
+            an input of their own, or a few distinct rows of many copies each) every copy
+            counts: the weights are kept as they are and the noise search leaves one copy
+            out at a time. None: every row once.
 
         Returns
         -------
