@@ -13,7 +13,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils import check_random_state
 
 from ._backend import as_tensor, gp_predict, to_float, to_numpy
-from ._backend._gp import ExactGP
+from ._backend._gp import ExactGP, leave_one_copy_out
 from ._backend._student_t import (
     HYPERPARAMETERS,
     ard_kernel,
@@ -32,8 +32,10 @@ from ._base import (
     check_bounds,
     check_weights,
     collapse_rows,
+    duplicate_groups,
     fit_hyperparameters,
     fit_input_scaling,
+    rows_replicate,
     transactional,
     warn_light_weights,
     warn_repeated_noise,
@@ -484,10 +486,15 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         them), hyperparameters held at their fitted values."""
         cache = self._get_cache()
         r, v = self._engine.loo(cache["factor"], cache["p"])
-        r, v = to_numpy(r), to_numpy(v)
         w = self.__dict__.get("_train_weight")
+        noise = to_float(cache["factor"]["noise"])
+        if w is not None and rows_replicate(duplicate_groups(to_numpy(self._engine.X)),
+                                            len(w), w):
+            r, v = leave_one_copy_out(r, v, w, noise)  # replicates: one copy out
+            w = None
+        r, v = to_numpy(r), to_numpy(v)
         if w is not None:  # one observation's noise, not the weighted row's (see calibration)
-            v = v + to_float(cache["factor"]["noise"]) * (1.0 - 1.0 / w)
+            v = v + noise * (1.0 - 1.0 / w)
         std = np.sqrt(v[:, None] * self.calibration_factor_)
         return self._predictive_dist(np.zeros_like(r), np.broadcast_to(
             std, r.shape)).logpdf(r).sum(axis=1)

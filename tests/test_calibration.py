@@ -264,6 +264,10 @@ def test_merged_replicates_calibrate_like_the_rows_they_stand_for(Est):
     for a, b in zip(merged.predict_interval(np.eye(5), confidence=0.9),
                     apart.predict_interval(np.eye(5), confidence=0.9)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    if Est is StudentTProcessRegressor:  # and so does ard="auto"'s leave-one-out gain
+        merged = Est(ard="auto", random_state=0).fit(X, y)
+        apart = Est(ard="auto", random_state=0).fit(X, y + 1e-7 * rng.normal(size=300))
+        np.testing.assert_allclose(merged.ard_loo_gain_, apart.ard_loo_gain_, rtol=1e-3)
 
 
 def test_the_student_t_process_reports_its_predictive_degrees_of_freedom():
