@@ -142,6 +142,21 @@ def classification_scores(model, Xt, yt, Pt):
             "ece": float(expected_calibration_error(yt, P, labels=labels))}
 
 
+def fit_and_score(rows, task, design, seed, models, data, scorer):
+    """Fit each of ``models`` on ``data = (X, y, X_test, y_test, truth)`` and append its
+    scores (``scorer(model, X_test, y_test, truth)``) and time to ``rows``."""
+    X, y, Xt, yt, truth = data
+    for name in models:
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = make(name, X.shape[1]).fit(X, y)
+            scores = scorer(model, Xt, yt, truth)
+        rows.append({"task": task, "design": design, "seed": seed, "model": name,
+                     "seconds": time.perf_counter() - t0, **scores})
+        print(rows[-1], flush=True)
+
+
 def run(seeds, quick):
     rows = []
     designs = [(d, c) for d in REGRESSION for c in ((False,) if d == "lookup5" else
@@ -150,29 +165,12 @@ def run(seeds, quick):
         designs = designs[:2]
     for design, counts in designs:
         for seed in seeds:
-            X, y, Xt, yt, ft = regression_design(design, seed, counts)
-            for name in REGRESSORS:
-                t0 = time.perf_counter()
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    model = make(name, X.shape[1]).fit(X, y)
-                    scores = regression_scores(model, Xt, yt, ft)
-                rows.append({"task": "regression", "design": design + ("_counts" * counts),
-                             "seed": seed, "model": name,
-                             "seconds": time.perf_counter() - t0, **scores})
-                print(rows[-1], flush=True)
+            fit_and_score(rows, "regression", design + ("_counts" * counts), seed, REGRESSORS,
+                          regression_design(design, seed, counts), regression_scores)
     for design in CLASSIFICATION[:1] if quick else CLASSIFICATION:
         for seed in seeds:
-            X, y, Xt, yt, Pt = classification_design(design, seed)
-            for name in CLASSIFIERS:
-                t0 = time.perf_counter()
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    model = make(name, X.shape[1]).fit(X, y)
-                    scores = classification_scores(model, Xt, yt, Pt)
-                rows.append({"task": "classification", "design": design, "seed": seed,
-                             "model": name, "seconds": time.perf_counter() - t0, **scores})
-                print(rows[-1], flush=True)
+            fit_and_score(rows, "classification", design, seed, CLASSIFIERS,
+                          classification_design(design, seed), classification_scores)
     return rows
 
 
