@@ -344,9 +344,9 @@ UNIQUE_INPUT_SHARE = 0.5
 
 #: Merged rows that stand for at least this many copies on average (integer weights), and
 #: for at least as many as there are distinct rows, are replicates (a design of a few cells
-#: that each hold one value), not a data set given several times over (which keeps its many
-#: distinct rows: uniform weights of 10 on 300 rows split copy by copy narrowed Rich-BLL's
-#: 90 % intervals to coverage 0.08).
+#: that each hold one value), not a data set given several times over, which keeps its many
+#: distinct rows (split copy by copy, its validation rows would repeat its training rows and
+#: narrow the intervals; measured in doc/whats_new.rst).
 REPLICATE_COPIES = 5.0
 
 

@@ -504,10 +504,10 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         held = np.zeros(len(y_idx))
         for c in range(n_classes):
             rows = rng.permutation(np.flatnonzero(y_idx == c))
-            counts = np.maximum(copies[rows], 1)
-            total = int(counts.sum())
+            units = np.maximum(copies[rows], 1)  # a row's copies, or 1 for a whole row
+            total = int(units.sum())
             k = min(total - 1, max(1, round(self.validation_fraction * total)))
-            take = (draw_copies(rng, counts, k) if total > rows.size  # copies to split
+            take = (draw_copies(rng, units, k) if total > rows.size  # copies to split
                     else (np.arange(rows.size) < k).astype(np.int64))
             held[rows] += np.where(copies[rows] > 0, take, take * (
                 1.0 if weights is None else weights[rows]))

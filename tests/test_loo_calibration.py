@@ -15,7 +15,7 @@ from skbnngp._backend import fit_t, fit_t_df, student_t_calibration
 from skbnngp.datasets import load_cpu_performance
 
 #: 30 optimiser iterations: the properties below hold at any hyperparameters.
-_FAST = dict(device="cpu", random_state=0, max_iter=30)
+_FAST = {"device": "cpu", "random_state": 0, "max_iter": 30}
 
 
 REGRESSORS = [
@@ -43,20 +43,21 @@ def _fit(make, X, y, **kw):
 
 
 #: Fixed input and target scaling, so that a refit without one row is the same model.
-_PLAIN = {StudentTProcessRegressor: dict(normalize_X=False, normalize_y=False, ard=False),
-          MixedActivationGPRegressor: dict(normalize_X=False, normalize_y=False,
-                                            approx="exact")}
+_PLAIN = {StudentTProcessRegressor: {"normalize_X": False, "normalize_y": False,
+                                      "ard": False},
+          MixedActivationGPRegressor: {"normalize_X": False, "normalize_y": False,
+                                       "approx": "exact"}}
 
 
 def _frozen(model):
     if isinstance(model, StudentTProcessRegressor):
         hp = model.hyperparameters_
-        return dict(optimizer=None, weight_variance=hp["weight_variance"],
-                    bias_variance=hp["bias_variance"], alpha=hp["alpha"])
-    return dict(optimizer=None, sigma_b2=model.sigma_b2_, sigma_v2=model.sigma_v2_,
-                sigma_u2=model.sigma_u2_, sigma_a2=model.sigma_a2_,
-                leaky_slope=model.leaky_slope_, weights=model.weights_,
-                noise_variance=model.noise_variance_)
+        return {"optimizer": None, "weight_variance": hp["weight_variance"],
+                "bias_variance": hp["bias_variance"], "alpha": hp["alpha"]}
+    return {"optimizer": None, "sigma_b2": model.sigma_b2_, "sigma_v2": model.sigma_v2_,
+            "sigma_u2": model.sigma_u2_, "sigma_a2": model.sigma_a2_,
+            "leaky_slope": model.leaky_slope_, "weights": model.weights_,
+            "noise_variance": model.noise_variance_}
 
 
 def _loo_brute_force(model, make, X, y, plain):
