@@ -317,22 +317,6 @@ def network_weights(estimator, X, y, sample_weight):
     return X, y, w
 
 
-def weighted_median(values, weights=None):
-    """The median of ``values`` with frequency ``weights`` (``np.median`` without them;
-    with integer weights, ``np.median`` of the values repeated)."""
-    v = np.asarray(values, dtype=np.float64).ravel()
-    if weights is None:
-        return float(np.median(v))
-    w = np.broadcast_to(np.asarray(weights, dtype=np.float64).reshape(-1, *([1] * (
-        np.ndim(values) - 1))), np.shape(values)).ravel()
-    order = np.argsort(v, kind="stable")
-    v, c = v[order], np.cumsum(w[order])
-    half = 0.5 * c[-1]
-    lo = int(np.searchsorted(c, half, side="left"))
-    hi = int(np.searchsorted(c, half, side="right"))
-    return float(0.5 * (v[min(lo, v.size - 1)] + v[min(hi, v.size - 1)]))
-
-
 #: The held-out split keeps the rows of one input together when at least this share of the
 #: rows have an input of their own: a new row's input is then most likely unseen (the
 #: Good-Turing estimate), and a held-out row whose input was trained on would look easier

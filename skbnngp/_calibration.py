@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ._backend._calibration import loo_variance_factor, student_t_calibration
+from ._backend._calibration import loo_variance_factor, student_t_calibration, weighted_median
 from ._scale_mixture import Mixing
 from .utils._sklearn_compat import StrOptions
 
@@ -67,8 +67,6 @@ def near_noiseless(residuals, targets, noise_share, weights=None, target_weights
     ``residuals`` and ``targets`` of shape (n,) or (n, 1) give a bool; of shape (n, C) with
     C > 1 (a multi-output fit), a bool array of shape (C,): one answer per target.
     """
-    from ._base import weighted_median
-
     r = np.abs(np.asarray(residuals, dtype=np.float64))
     t = np.asarray(targets, dtype=np.float64)
     if r.ndim == 2 and r.shape[1] > 1:

@@ -37,7 +37,9 @@ from sklearn.utils.validation import (
 
 from ._base import check_weights, distinct_rows
 from ._intervals import central_intervals, check_confidence
+from ._student_t import StudentTProcessRegressor
 from .distributions import ConformalPredictiveDistribution
+from .metrics import _answers_predict_dist, _final_step, predictive_response
 from .utils._sklearn_compat import (
     HasMethods,
     Interval,
@@ -49,8 +51,6 @@ from .utils._sklearn_compat import (
 
 
 def _default_estimator():
-    from ._student_t import StudentTProcessRegressor
-
     return StudentTProcessRegressor()
 
 
@@ -76,8 +76,6 @@ def score_kind(final):
     residuals). A ``TransformedTargetRegressor`` or ``MultiOutputRegressor`` around
     regressors with ``predict_dist`` is ``"predictive"`` (see
     :func:`~skbnngp.metrics.predictive_response`)."""
-    from .metrics import _answers_predict_dist
-
     if _answers_predict_dist(final):
         return "predictive"
     try:
@@ -93,8 +91,6 @@ def predictive_location_scale(estimator, X):
     (floored at the smallest positive float); for a model with only a standard deviation,
     its mean and the Gaussian's half interquartile range at that std; for a point
     predictor, its prediction and 1. ``estimator`` may be a Pipeline."""
-    from .metrics import _final_step, predictive_response
-
     # the final estimator as the metrics resolve it (nested Pipelines, a fitted search's
     # best estimator), with the transforms before it
     final, transform = _final_step(estimator)

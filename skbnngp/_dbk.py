@@ -28,6 +28,7 @@ from ._backend import (
     build_mlp,
     to_float,
     to_numpy,
+    weighted_median,
 )
 from ._backend import _dbk as dbk
 from ._backend import _wide as wide
@@ -47,7 +48,6 @@ from ._base import (
     user_network,
     warn_rare_binary_values,
     warn_training,
-    weighted_median,
 )
 from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin

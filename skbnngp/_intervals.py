@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 
 from ._base import plain
+from .metrics import _point_mass  # the metrics' own reading of a zero-scale predictive
 
 
 def check_confidence(confidence):
@@ -44,9 +45,6 @@ def central_intervals(dist, confidence):
     trailing axis of one entry per level for a sequence of levels. A zero-scale predictive
     (a point mass) gives ``[loc, loc]`` rather than scipy's NaN.
     """
-    # the metrics' own reading of a zero-scale predictive
-    from .metrics import _point_mass
-
     levels, scalar = check_confidence(confidence)
     lows, highs = [], []
     for level in levels:

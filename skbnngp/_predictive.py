@@ -26,14 +26,14 @@ from ._backend import (
     leave_one_copy_out,
     stable_cholesky,
     to_numpy,
+    weighted_median,
 )
 from ._base import (
     check_predict_params,
     duplicate_groups,
-    rows_replicate,
     plain,
+    rows_replicate,
     threaded,
-    weighted_median,
 )
 from ._calibration import fit_variance_calibration, near_noiseless, relative_target_factors
 from ._intervals import central_intervals

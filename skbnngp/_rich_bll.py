@@ -14,7 +14,7 @@ from scipy import stats
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 
-from ._backend import ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, to_numpy
+from ._backend import ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, to_numpy, weighted_median
 from ._backend._jacobian import GaussianSketch, head_features, split_parameters
 from ._backend._log_noise import LogNoiseModel, fit_log_noise
 from ._backend._projection import (
@@ -42,7 +42,6 @@ from ._base import (
     user_network,
     warn_rare_binary_values,
     warn_training,
-    weighted_median,
 )
 from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin

@@ -11,8 +11,8 @@ provide
 * ``prior(...)``: the mixing distribution before seeing data (used by the
   gradient-descent-trained predictive modes of the paper's Theorem 3.3).
 
-Private module of ``_student_t``; ``RegressorPredictiveMixin`` (``_predictive``) reuses ``Mixing`` for the
-Student-t calibration of Rich-BLL and the mixed-activation GP. It imports no scikit-learn.
+Private module of ``_student_t``; ``RegressorPredictiveMixin`` (``_predictive``) reuses
+``Mixing`` for the Student-t calibration of Rich-BLL and the mixed-activation GP.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import torch
 from scipy import stats
 
 from ._backend import to_float, to_numpy
+from .distributions import ScaleMixtureNormal
 
 _LOG2PI = math.log(2 * math.pi)
 
@@ -69,8 +70,6 @@ class Mixing:
         ``var`` is the unit-amplitude predictive variance (same shape as ``loc``); or give
         its square root ``std`` (no overflow for scales near the float limit).
         """
-        from .distributions import ScaleMixtureNormal  # avoid an import cycle at module load
-
         base = np.sqrt(np.maximum(var, 0.0)) if std is None else np.asarray(std)
         if self.kind == "invgamma":
             a, b = self.params["shape"], self.params["scale"]

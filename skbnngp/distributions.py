@@ -15,6 +15,38 @@ from sklearn.utils import check_random_state
 
 _BLOCK = 2**22  # components x points evaluated at once
 
+# Parameter names (in scipy's positional order) and defaults of the frozen scipy
+# predictives that every regressor's ``predict_dist`` may return.
+_SCIPY_PARAMS = {"norm": ("loc", "scale"), "t": ("df", "loc", "scale")}
+_SCIPY_DEFAULTS = {"loc": 0.0, "scale": 1.0}
+
+
+def _scipy_frozen_params(dist):
+    """``(name, params)`` of a frozen scipy ``norm``/``t`` (positional or keyword), else None."""
+    name = getattr(getattr(dist, "dist", None), "name", None)
+    if name not in _SCIPY_PARAMS or not hasattr(dist, "args") or not hasattr(dist, "kwds"):
+        return None
+    names = _SCIPY_PARAMS[name]
+    params = dict(zip(names, dist.args))
+    params.update(dist.kwds)
+    for key in names:
+        params.setdefault(key, _SCIPY_DEFAULTS.get(key))
+    if params.get("df") is None and name == "t":
+        return None
+    return name, {key: np.asarray(params[key], dtype=np.float64) for key in names}
+
+
+
+def _dist_shape(dist):
+    """Batch shape of a predictive distribution (``()`` for one distribution for all y)."""
+    shape = getattr(dist, "shape", None)
+    if isinstance(shape, tuple):
+        return shape
+    frozen = _scipy_frozen_params(dist)
+    if frozen is not None:
+        return np.broadcast_shapes(*(np.shape(v) for v in frozen[1].values()))
+    return np.shape(dist.mean())
+
 
 class ScaleMixtureNormal:
     """Mixture ``sum_i w_i N(loc, s_i * base_scale**2)`` sharing one location.
@@ -509,8 +541,6 @@ class TransformedDistribution:
 
     def __init__(self, base, forward, inverse):
         self.base, self.forward, self.inverse = base, forward, inverse
-        from .metrics import _dist_shape
-
         self._shape = tuple(_dist_shape(base))
         # the direction of the map at each entry, from the base's quartiles (where they are
         # finite: a conformal predictive on very few rows may have none)
@@ -617,8 +647,6 @@ class StackedDistribution:
     """
 
     def __init__(self, parts):
-        from .metrics import _dist_shape
-
         self.parts = list(parts)
         shapes = {tuple(_dist_shape(p)) for p in self.parts}
         if not self.parts or len(shapes) != 1 or len(next(iter(shapes))) != 1:

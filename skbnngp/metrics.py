@@ -37,6 +37,18 @@ from sklearn.metrics import roc_auc_score
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted
 
+from .distributions import (
+    _SCIPY_PARAMS,
+    ConformalPredictiveDistribution,
+    OutOfFoldDistribution,
+    ScaleMixtureNormal,
+    StackedDistribution,
+    TransformedDistribution,
+    _dist_shape,
+    _scipy_frozen_params,
+    _stacked,
+    _transformed,
+)
 from .utils._sklearn_compat import HasMethods, Interval, StrOptions, validate_params
 
 __all__ = [
@@ -69,17 +81,6 @@ _EVAL_BLOCK = 2**21  # quadrature points x batch elements evaluated per ``cdf`` 
 
 
 # ============================================================================ input handling
-def _dist_shape(dist):
-    """Batch shape of a predictive distribution (``()`` for one distribution for all y)."""
-    shape = getattr(dist, "shape", None)
-    if isinstance(shape, tuple):
-        return shape
-    frozen = _scipy_frozen_params(dist)
-    if frozen is not None:
-        return np.broadcast_shapes(*(np.shape(v) for v in frozen[1].values()))
-    return np.shape(dist.mean())
-
-
 def _check_y_dist(y_true, dist):
     """Validate ``y_true`` and bring it to the batch shape of ``dist``."""
     y = check_array(y_true, ensure_2d=False, dtype=np.float64, input_name="y_true")
@@ -159,25 +160,6 @@ def _point_mass(dist, shape):
 
 
 # ============================================================================ closed forms
-_SCIPY_PARAMS = {"norm": ("loc", "scale"), "t": ("df", "loc", "scale")}
-_SCIPY_DEFAULTS = {"loc": 0.0, "scale": 1.0}
-
-
-def _scipy_frozen_params(dist):
-    """``(name, params)`` of a frozen scipy ``norm``/``t`` (positional or keyword), else None."""
-    name = getattr(getattr(dist, "dist", None), "name", None)
-    if name not in _SCIPY_PARAMS or not hasattr(dist, "args") or not hasattr(dist, "kwds"):
-        return None
-    names = _SCIPY_PARAMS[name]
-    params = dict(zip(names, dist.args))
-    params.update(dist.kwds)
-    for key in names:
-        params.setdefault(key, _SCIPY_DEFAULTS.get(key))
-    if params.get("df") is None and name == "t":
-        return None
-    return name, {key: np.asarray(params[key], dtype=np.float64) for key in names}
-
-
 def _closed_form(dist):
     """Recognise distributions whose CRPS has a closed form.
 
@@ -188,8 +170,6 @@ def _closed_form(dist):
     frozen = _scipy_frozen_params(dist)
     if frozen is not None:
         return frozen
-    from .distributions import ScaleMixtureNormal
-
     if isinstance(dist, ScaleMixtureNormal):
         return "scale_mixture_norm", {
             "loc": dist.loc, "base_scale": dist.base_scale,
@@ -506,9 +486,6 @@ def crps(y_true, dist, *, sample_weight=None, multioutput="uniform_average", met
 def _crps_values(y, dist, method, n_nodes):
     """The CRPS of every entry (``y`` already of ``dist``'s batch shape); an out-of-fold
     union is scored part by part, each part by its own closed form where it has one."""
-    from .distributions import (ConformalPredictiveDistribution, OutOfFoldDistribution,
-                                StackedDistribution, TransformedDistribution)
-
     if isinstance(dist, StackedDistribution):  # each target by its own part's rule
         y = np.broadcast_to(y, np.broadcast_shapes(y.shape, dist.shape))
         return np.stack([_crps_values(y[..., j], part, method, n_nodes)
@@ -1127,14 +1104,10 @@ def predictive_response(estimator, X, method="predict_dist"):
     if method == "predict_dist" and _is_target_transform(final):
         check_is_fitted(final)
         dist = predictive_response(final.regressor_, transform(X), method)
-        from .distributions import _transformed
-
         return _transformed(dist, *_target_maps(final, _dist_shape(dist)))
     if method == "predict_dist" and _is_per_target(final):
         check_is_fitted(final)
         Xt = transform(X)
-        from .distributions import _stacked
-
         return _stacked([predictive_response(e, Xt, method) for e in final.estimators_])
     if not callable(getattr(final, method, None)):
         inner = "" if final is estimator else f" (the final step of {type(estimator).__name__})"

@@ -16,11 +16,13 @@ import numpy as np
 from scipy import stats
 from sklearn.base import clone, is_classifier
 from sklearn.model_selection import check_cv
+from sklearn.model_selection._search import BaseSearchCV
 from sklearn.utils import _safe_indexing, check_array
 from sklearn.utils.parallel import Parallel, delayed
 from sklearn.utils.validation import _num_samples, check_consistent_length
 
-from .distributions import OutOfFoldDistribution
+from .distributions import OutOfFoldDistribution, _scipy_frozen_params
+from .metrics import _final_step, _is_per_target, _is_target_transform, predictive_response
 from .utils._sklearn_compat import HasMethods, _check_method_params, validate_params
 
 __all__ = ["cross_val_predict_dist"]
@@ -29,8 +31,6 @@ __all__ = ["cross_val_predict_dist"]
 def _merge(parts, rows, n):
     """One scipy ``norm``/``t`` over all rows when every fold's predictive is of that family
     (so the metrics' closed forms apply), else None."""
-    from .metrics import _scipy_frozen_params
-
     forms = [_scipy_frozen_params(p) for p in parts]
     if any(f is None for f in forms) or len({f[0] for f in forms}) != 1:
         return None
@@ -49,10 +49,6 @@ def _unfitted_final(estimator):
     """The estimator whose ``predict_dist`` a fitted ``estimator`` would answer with: the
     metrics' final step (a Pipeline's last, a fitted search's best), or an unfitted
     search's ``estimator``."""
-    from sklearn.model_selection._search import BaseSearchCV
-
-    from .metrics import _final_step, _is_per_target, _is_target_transform
-
     final = _final_step(estimator)[0]
     if isinstance(final, BaseSearchCV) and not hasattr(final, "predict_dist"):
         return _unfitted_final(final.estimator)
@@ -65,8 +61,6 @@ def _unfitted_final(estimator):
 
 def _fold_predictive(estimator, X, y, train, test, params):
     """The predictive at the ``test`` rows of ``estimator`` fitted on the ``train`` rows."""
-    from .metrics import predictive_response
-
     fit_params = _check_method_params(X, params=params or {}, indices=train)
     model = clone(estimator).fit(_safe_indexing(X, train), y[train], **fit_params)
     return predictive_response(model, _safe_indexing(X, test))

@@ -17,7 +17,7 @@ from ._chunks import (DEFAULT_BLOCK_ELEMENTS, MemoryBudgetError, auto_batch_size
 from ._device import (as_tensor, resolve_device, resolve_dtype, to_device_state, to_float,
                       to_numpy)
 from ._calibration import (fit_t, fit_t_df, loo_variance_factor, student_t_calibration,
-                           t_loglik)
+                           t_loglik, weighted_median)
 from ._gp import ExactGP, NystromGP, gp_predict, leave_group_out, leave_one_copy_out
 from ._linalg import (JITTER_LADDER, LowRankPlusDiag, cho_inverse, cho_logdet, cho_solve,
                       solve_lower, stable_cholesky, woodbury_solve)
@@ -35,7 +35,7 @@ __all__ = [
     "OptimResult", "minimize", "make_generator",
     "ExactGP", "NystromGP", "gp_predict", "leave_group_out", "leave_one_copy_out",
     "loo_variance_factor", "student_t_calibration",
-    "fit_t", "fit_t_df", "t_loglik",
+    "fit_t", "fit_t_df", "t_loglik", "weighted_median",
     "BLRPosterior", "blr_log_evidence", "blr_posterior", "blr_stats", "BLREvidence",
     "blr_fit_scales", "DiagNoiseEvidence", "blr_log_evidence_diag",
     "ACTIVATIONS", "NetworkTrainer", "TrainingDivergedError", "TrainResult", "build_mlp",

@@ -25,6 +25,22 @@ def _flat(z, weights=None):
     return z[ok], (None if weights is None else w[ok])
 
 
+def weighted_median(values, weights=None):
+    """The median of ``values`` with frequency ``weights`` (``np.median`` without them;
+    with integer weights, ``np.median`` of the values repeated)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if weights is None:
+        return float(np.median(v))
+    w = np.broadcast_to(np.asarray(weights, dtype=np.float64).reshape(-1, *([1] * (
+        np.ndim(values) - 1))), np.shape(values)).ravel()
+    order = np.argsort(v, kind="stable")
+    v, c = v[order], np.cumsum(w[order])
+    half = 0.5 * c[-1]
+    lo = int(np.searchsorted(c, half, side="left"))
+    hi = int(np.searchsorted(c, half, side="right"))
+    return float(0.5 * (v[min(lo, v.size - 1)] + v[min(hi, v.size - 1)]))
+
+
 def _mean(a, w, axis=0, keepdims=False):
     """Mean over ``axis`` with frequency weights ``w`` along it (None: plain)."""
     if w is None:
@@ -131,8 +147,6 @@ def fit_t(z, n_iter=100, tol=1e-10, max_df=math.inf, min_df=1.0, weights=None):
     ``sqrt(mean(z^2))``. A finite ``max_df`` caps the degrees of freedom as in
     :func:`fit_t_df` (``(max_df, 1.0)`` without nonzero residuals). ``weights``: one per
     residual (frequency weights; the means become weighted means)."""
-    from .._base import weighted_median
-
     z, w = _flat(z, weights)
     z2 = z * z
     if z.size == 0 or not np.any(z2 > 0):
