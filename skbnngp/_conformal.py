@@ -35,8 +35,8 @@ from sklearn.utils.validation import (
     indexable,
 )
 
-from ._base import check_weights, distinct_rows
 from ._intervals import central_intervals, check_confidence
+from ._rows import check_weights, distinct_rows
 from ._student_t import StudentTProcessRegressor
 from .distributions import ConformalPredictiveDistribution
 from .metrics import _answers_predict_dist, _final_step, predictive_response

@@ -38,19 +38,21 @@ from ._base import (
     DTYPE_CONSTRAINT,
     TorchEstimatorMixin,
     check_hidden_layer_sizes,
-    duplicate_groups,
     fit_input_scaling,
     fit_transaction,
-    held_out_split,
-    network_weights,
-    rows_replicate,
     transactional,
     user_network,
-    warn_rare_binary_values,
     warn_training,
 )
 from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin
+from ._rows import (
+    duplicate_groups,
+    held_out_split,
+    network_weights,
+    rows_replicate,
+    warn_rare_binary_values,
+)
 from .exceptions import NumericalError
 from .utils._sklearn_compat import (
     Interval,

@@ -12,24 +12,50 @@ from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 
-from ._backend import (ACTIVATIONS, NetworkTrainer, as_tensor, iter_slices, make_generator,
-                       to_numpy)
+from ._backend import ACTIVATIONS, NetworkTrainer, as_tensor, iter_slices, make_generator, to_numpy
 from ._backend._calibration import fit_temperature
-from ._backend._fid_network import (PREDICT_ROWS, AnnealedELBO, build_network,
-                                    check_network_state, draw_logits, entropy_split, kl_factor,
-                                    lambdas, layer_shapes, mean_probs, network_from_state,
-                                    network_kl, network_state, tempered_softmax,
-                                    train_batch_size)
+from ._backend._fid_network import (
+    PREDICT_ROWS,
+    AnnealedELBO,
+    build_network,
+    check_network_state,
+    draw_logits,
+    entropy_split,
+    kl_factor,
+    lambdas,
+    layer_shapes,
+    mean_probs,
+    network_from_state,
+    network_kl,
+    network_state,
+    tempered_softmax,
+    train_batch_size,
+)
 from ._backend._ood import fixed_draw, layer_inputs, residual_score, subspace_bases
 from ._backend._random import NoiseTape
-from ._base import (DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
-                    check_class_labels, check_hidden_layer_sizes, check_predict_params,
-                    draw_copies, duplicate_groups, fit_input_scaling, network_weights, plain,
-                    rows_replicate, threaded, transactional, warn_training)
+from ._base import (
+    DEVICE_CONSTRAINT,
+    DTYPE_CONSTRAINT,
+    TorchEstimatorMixin,
+    check_class_labels,
+    check_hidden_layer_sizes,
+    check_predict_params,
+    fit_input_scaling,
+    plain,
+    threaded,
+    transactional,
+    warn_training,
+)
 from ._calibration import CLASSIFIER_CALIBRATION
 from ._predictive import ClassifierPredictiveMixin
-from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
-                                    validate_data)
+from ._rows import draw_copies, duplicate_groups, network_weights, rows_replicate
+from .utils._sklearn_compat import (
+    Interval,
+    StrOptions,
+    _fit_context,
+    check_is_fitted,
+    validate_data,
+)
 
 # Private settings (ablations and measured alternatives; doc/whats_new): read at ``fit`` and
 # copied into the fitted state; benchmarks patch them (``unittest.mock.patch.object``).
@@ -474,7 +500,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         stratified, at least one validation row per class and one training row per class
         left, and the rows' frequency weights on each side (None without ``weights``).
 
-        The rows are the fit's after :func:`~._base.network_weights`, which merges exact
+        The rows are the fit's after :func:`~._rows.network_weights`, which merges exact
         repeats of ``(x, label)`` into one row of summed weight. Such a row stays whole on
         one side (a twin in training would make its held-out copy look easy and sharpen
         the temperature: rows given twice), unless its input also carries another label:
@@ -482,7 +508,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         its copies are split like separate rows (held out whole, the training never saw
         that label there and the temperature flattened every probability; measured in
         doc/whats_new.rst); so are the copies of every merged row where the rows are
-        replicates of a design (:func:`~._base.rows_replicate`: a cell of a single label
+        replicates of a design (:func:`~._rows.rows_replicate`: a cell of a single label
         too). Without ``weights`` the split is the plain stratified one.
         """
         counts = np.bincount(y_idx, minlength=n_classes)

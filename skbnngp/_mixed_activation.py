@@ -13,16 +13,29 @@ from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.utils import check_array, check_random_state
 
 from ._backend import ExactGP, NystromGP, as_tensor, gp_predict, to_float, to_numpy
-from ._base import (BOUNDS_CONSTRAINT, DEVICE_CONSTRAINT, DTYPE_CONSTRAINT, TorchEstimatorMixin,
-                    check_bounds, check_weights, collapse_rows, fit_hyperparameters,
-                    fit_input_scaling, plain, transactional,
-                    warn_light_weights, warn_repeated_noise)
+from ._base import (
+    BOUNDS_CONSTRAINT,
+    DEVICE_CONSTRAINT,
+    DTYPE_CONSTRAINT,
+    TorchEstimatorMixin,
+    check_bounds,
+    fit_hyperparameters,
+    fit_input_scaling,
+    plain,
+    transactional,
+)
 from ._calibration import REGRESSOR_CALIBRATION
 from ._predictive import RegressorPredictiveMixin
+from ._rows import check_weights, collapse_rows, warn_light_weights, warn_repeated_noise
 from .kernels import PAPER_ACTIVATIONS, Activation
 from .kernels._mixture_map import VARIANCES, MixtureLayout, logit, mixture_kernel
-from .utils._sklearn_compat import (Interval, StrOptions, _fit_context, check_is_fitted,
-                                    validate_data)
+from .utils._sklearn_compat import (
+    Interval,
+    StrOptions,
+    _fit_context,
+    check_is_fitted,
+    validate_data,
+)
 
 #: The rank ``n_anchors="auto"`` caps at.
 AUTO_ANCHORS = 512

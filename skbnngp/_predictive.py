@@ -28,15 +28,10 @@ from ._backend import (
     to_numpy,
     weighted_median,
 )
-from ._base import (
-    check_predict_params,
-    duplicate_groups,
-    plain,
-    rows_replicate,
-    threaded,
-)
+from ._base import check_predict_params, plain, threaded
 from ._calibration import fit_variance_calibration, near_noiseless, relative_target_factors
 from ._intervals import central_intervals
+from ._rows import duplicate_groups, rows_replicate
 from ._scale_mixture import Mixing
 from .exceptions import HeavyTailWarning, NumericalWarning
 from .utils._sklearn_compat import validate_data
@@ -169,10 +164,10 @@ class RegressorPredictiveMixin:
         is None).
 
         Rows that share an input are left out together, unless the rows are replicates of a
-        design (:func:`~skbnngp._base.rows_replicate`: categories, where a new row's input was
+        design (:func:`~skbnngp._rows.rows_replicate`: categories, where a new row's input was
         most likely seen and holding out a whole category would score an extrapolation).
         With row weights ``w`` (``engine.weights``: distinct rows standing for ``w`` repeats,
-        :func:`~skbnngp._base.collapse_rows`) each residual counts ``w`` times and its
+        :func:`~skbnngp._rows.collapse_rows`) each residual counts ``w`` times and its
         variance is that of one new observation (noise ``s``, not the row's ``s / w``); a
         row is left out with all its repeats (rows given twice), or, for replicates, one
         copy at a time."""

@@ -36,15 +36,13 @@ from ._base import (
     TorchEstimatorMixin,
     check_hidden_layer_sizes,
     fit_input_scaling,
-    held_out_split,
-    network_weights,
     transactional,
     user_network,
-    warn_rare_binary_values,
     warn_training,
 )
 from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
 from ._predictive import RegressorPredictiveMixin
+from ._rows import held_out_split, network_weights, warn_rare_binary_values
 from .utils._sklearn_compat import Interval, StrOptions, _fit_context, validate_data
 
 # Settings a benchmark may patch (``unittest.mock.patch.object``); each is read at fit only,
@@ -562,7 +560,7 @@ default="auto"
         returns the validation MSE (or None), the epochs after which the plateau schedule
         lowered the learning rate, the validation rows (an index array, or None) and, with
         ``weights`` and validation rows, each row's weight in training and held out (two
-        tensors over every row: :func:`~._base.held_out_split` may split a merged row's
+        tensors over every row: :func:`~._rows.held_out_split` may split a merged row's
         copies), else None."""
         tr, va, wtr, wva = held_out_split(
             self, Xt.shape[0], rng, self.validation_fraction if self.early_stopping else None,

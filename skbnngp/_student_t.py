@@ -30,18 +30,20 @@ from ._base import (
     DTYPE_CONSTRAINT,
     TorchEstimatorMixin,
     check_bounds,
-    check_weights,
-    collapse_rows,
-    duplicate_groups,
     fit_hyperparameters,
     fit_input_scaling,
-    rows_replicate,
     transactional,
-    warn_light_weights,
-    warn_repeated_noise,
 )
 from ._calibration import REGRESSOR_CALIBRATION
 from ._predictive import RegressorPredictiveMixin
+from ._rows import (
+    check_weights,
+    collapse_rows,
+    duplicate_groups,
+    rows_replicate,
+    warn_light_weights,
+    warn_repeated_noise,
+)
 from ._scale_mixture import DeltaPrior, InvGammaPrior, SampledPrior
 from .kernels import get_activation, nngp_kernel
 from .utils._sklearn_compat import (

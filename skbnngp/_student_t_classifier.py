@@ -11,13 +11,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 
+from . import _student_t as _regressor_module
 from ._backend import iter_slices, to_numpy
 from ._backend._onehot import argmax_proba, label_variance, loo_noise_search
 from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
-from ._base import (TorchEstimatorMixin, check_class_labels, check_weights, collapse_rows,
-                    duplicate_groups, plain, rows_replicate, transactional)
+from ._base import TorchEstimatorMixin, check_class_labels, plain, transactional
 from ._predictive import ClassifierPredictiveMixin
-from . import _student_t as _regressor_module
+from ._rows import check_weights, collapse_rows, duplicate_groups, rows_replicate
 from ._student_t import StudentTProcessRegressor
 from .utils._sklearn_compat import (
     StrOptions,

@@ -12,7 +12,7 @@ from skbnngp import (
     RichBLLRegressor,
     StudentTProcessRegressor,
 )
-from skbnngp._base import held_out_split
+from skbnngp._rows import held_out_split
 from skbnngp.exceptions import HeavyTailWarning
 
 GP_REGRESSORS = [StudentTProcessRegressor, MixedActivationGPRegressor]
@@ -199,7 +199,7 @@ def test_rows_given_many_times_are_not_replicates():
     """Copies make a design only where few cells are observed many times: five one-hot
     rows of about 60 copies are replicates; 300 distinct rows given 10 times (uniform
     sample weights of 10) are not, nor is data given twice."""
-    from skbnngp._base import duplicate_groups, rows_replicate
+    from skbnngp._rows import duplicate_groups, rows_replicate
 
     cells = np.eye(5)
     assert rows_replicate(duplicate_groups(cells), 5, np.array([55, 60, 62, 58, 65.0]))

@@ -17,8 +17,8 @@ from skbnngp._backend._calibration import (
     log_temperature_prior,
     tempered_nll,
 )
-from skbnngp._base import collapse_rows
 from skbnngp._fidgp import _warm_epochs, train_batch_size
+from skbnngp._rows import collapse_rows
 
 from ._promise import assert_same_labels, assert_same_predictions
 

@@ -169,7 +169,7 @@ def test_leave_group_out_equals_refitting_without_each_group(engine, batch, monk
     variances equal conditioning on the other rows by explicit solves."""
     import skbnngp._backend._gp as gp_module
     from skbnngp._backend import leave_group_out
-    from skbnngp._base import duplicate_groups
+    from skbnngp._rows import duplicate_groups
 
     monkeypatch.setattr(gp_module, "GROUP_BATCH_ROWS", batch)
 
