@@ -444,7 +444,39 @@ class ConformalPredictiveDistribution:
                 f"n_calibration={self.n_calibration}{weighted})")
 
 
-class OutOfFoldDistribution:
+class _PartedDistribution:
+    """A predictive answered part by part: subclasses say, in :meth:`_each`, which part
+    answers which entries; the methods below route through it."""
+
+    @property
+    def shape(self):
+        return self._shape
+
+    def _each(self, method, arg=None):
+        raise NotImplementedError
+
+    def cdf(self, y):
+        return self._each("cdf", y)
+
+    def ppf(self, q):
+        return self._each("ppf", q)
+
+    def interval(self, confidence):
+        if not 0 <= confidence <= 1:
+            raise ValueError("confidence must lie in [0, 1].")
+        return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
+
+    def median(self):
+        return self._each("median")
+
+    def mean(self):
+        return self._each("mean")
+
+    def std(self):
+        return self._each("std")
+
+
+class OutOfFoldDistribution(_PartedDistribution):
     """Row-wise union of predictive distributions, each serving its own rows.
 
     Returned by :func:`skbnngp.model_selection.cross_val_predict_dist` when the folds'
@@ -472,44 +504,20 @@ class OutOfFoldDistribution:
         tail = (tuple(shape) if isinstance(shape, tuple) else np.shape(self.parts[0].mean()))[1:]
         self._shape = (n,) + tuple(tail)
 
-    @property
-    def shape(self):
-        return self._shape
-
-    def _gather(self, method, *args, arg=None):
+    def _each(self, method, arg=None):
         out = np.empty(self._shape)
         if arg is not None:
             arg = np.broadcast_to(np.asarray(arg, dtype=float), self._shape)
         for part, rows in zip(self.parts, self.rows):
             fn = getattr(part, method)
-            out[rows] = fn(*args) if arg is None else fn(arg[rows], *args)
+            out[rows] = fn() if arg is None else fn(arg[rows])
         return out
 
-    def cdf(self, y):
-        return self._gather("cdf", arg=y)
-
     def logpdf(self, y):
-        return self._gather("logpdf", arg=y)
+        return self._each("logpdf", y)
 
     def pdf(self, y):
-        return self._gather("pdf", arg=y)
-
-    def ppf(self, q):
-        return self._gather("ppf", arg=q)
-
-    def interval(self, confidence):
-        if not 0 <= confidence <= 1:
-            raise ValueError("confidence must lie in [0, 1].")
-        return self.ppf(0.5 * (1 - confidence)), self.ppf(0.5 * (1 + confidence))
-
-    def mean(self):
-        return self._gather("mean")
-
-    def median(self):
-        return self._gather("median")
-
-    def std(self):
-        return self._gather("std")
+        return self._each("pdf", y)
 
     def __repr__(self):
         return f"OutOfFoldDistribution(shape={self._shape}, n_parts={len(self.parts)})"
@@ -631,7 +639,7 @@ class TransformedDensity(TransformedDistribution):
         return np.exp(self.logpdf(y))
 
 
-class StackedDistribution:
+class StackedDistribution(_PartedDistribution):
     """Column-wise stack of single-target predictives: target ``j`` of every entry is
     answered by ``parts[j]``.
 
@@ -654,24 +662,14 @@ class StackedDistribution:
                              f"(n_samples,); got shapes {sorted(shapes)}.")
         self._shape = next(iter(shapes)) + (len(self.parts),)
 
-    @property
-    def shape(self):
-        return self._shape
-
-    def _each(self, method, arg=None, **kwargs):
+    def _each(self, method, arg=None):
         if arg is None:
-            outs = [getattr(p, method)(**kwargs) for p in self.parts]
+            outs = [getattr(p, method)() for p in self.parts]
         else:
             arg = np.asarray(arg, dtype=float)
             arg = np.broadcast_to(arg, np.broadcast_shapes(arg.shape, self._shape))
-            outs = [getattr(p, method)(arg[..., j], **kwargs) for j, p in enumerate(self.parts)]
+            outs = [getattr(p, method)(arg[..., j]) for j, p in enumerate(self.parts)]
         return np.stack([np.asarray(o, dtype=float) for o in outs], axis=-1)
-
-    def cdf(self, y):
-        return self._each("cdf", y)
-
-    def ppf(self, q):
-        return self._each("ppf", q)
 
     def interval(self, confidence):
         if not 0 <= confidence <= 1:
@@ -679,15 +677,6 @@ class StackedDistribution:
         bounds = [p.interval(confidence) for p in self.parts]  # each part's own rounding
         return tuple(np.stack([np.asarray(b[k], dtype=float) for b in bounds], axis=-1)
                      for k in (0, 1))
-
-    def median(self):
-        return self._each("median")
-
-    def mean(self):
-        return self._each("mean")
-
-    def std(self):
-        return self._each("std")
 
     def rvs(self, size=None, random_state=None):
         """Independent draws of every target, of shape ``size + shape``."""
