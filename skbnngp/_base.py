@@ -92,6 +92,29 @@ def check_class_labels(y):
                         "of one type (e.g. all strings: np.asarray(y).astype(str)).")
 
 
+def class_weight_vector(class_weight, classes):
+    """The weights of a ``class_weight`` dict, one per class of ``classes`` (1 for a class
+    it leaves out).
+
+    Raises
+    ------
+    ValueError
+        Naming ``class_weight`` when a key is not one of the classes (a misspelt label
+        would otherwise leave its class unweighted without a word) or a weight is negative
+        or not finite.
+    """
+    known = set(np.asarray(classes).tolist())
+    unknown = [k for k in class_weight if k not in known]
+    if unknown:
+        raise ValueError(f"class_weight has keys {plain(unknown)} that are not classes of y; "
+                         f"the classes are {plain(np.asarray(classes).tolist())}.")
+    weights = np.array([float(class_weight.get(c, 1.0)) for c in classes])
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+        raise ValueError("class_weight values must be finite and non-negative; got "
+                         f"{plain(dict(class_weight))}.")
+    return weights
+
+
 def check_predict_params(estimator, *names):
     """Validate the constructor parameters ``names`` that a predict-time method reads.
 

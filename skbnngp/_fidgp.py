@@ -40,6 +40,7 @@ from ._base import (
     check_class_labels,
     check_hidden_layer_sizes,
     check_predict_params,
+    class_weight_vector,
     fit_input_scaling,
     plain,
     threaded,
@@ -562,7 +563,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
             cw = compute_class_weight(self.class_weight, classes=np.arange(len(self.classes_)),
                                       y=y_idx, sample_weight=weights) \
                 if self.class_weight == "balanced" else \
-                np.array([float(self.class_weight.get(c, 1.0)) for c in self.classes_])
+                class_weight_vector(self.class_weight, self.classes_)
         rw, n_eff = None, None
         if weights is not None:  # class and sample weights multiplied, mean 1 over the rows
             rw = weights if cw is None else weights * cw[y_idx]

@@ -15,7 +15,13 @@ from . import _student_t as _regressor_module
 from ._backend import iter_slices, to_numpy
 from ._backend._onehot import argmax_proba, label_variance, loo_noise_search
 from ._backend._student_t import HYPERPARAMETERS, paired_gain, unpack
-from ._base import TorchEstimatorMixin, check_class_labels, plain, transactional
+from ._base import (
+    TorchEstimatorMixin,
+    check_class_labels,
+    class_weight_vector,
+    plain,
+    transactional,
+)
 from ._predictive import ClassifierPredictiveMixin
 from ._rows import check_weights, collapse_rows, duplicate_groups, rows_replicate
 from ._student_t import StudentTProcessRegressor
@@ -224,7 +230,7 @@ random_state, verbose
             classes, yk = np.unique(y, return_inverse=True)
             cw = (compute_class_weight("balanced", classes=classes, y=y)
                   if self.class_weight == "balanced" else
-                  np.array([float(self.class_weight.get(c, 1.0)) for c in classes]))
+                  class_weight_vector(self.class_weight, classes))
             sw = cw[yk.ravel()] * (1.0 if sw is None else sw)
             sw = check_weights(X, sw)
         self.classes_ = np.unique(y if sw is None else y[sw > 0])

@@ -1,5 +1,6 @@
-"""Clear messages for bad targets (issue 18, item 6): class labels of mixed types, and a
-``partial_fit`` y whose shape differs from the first call's."""
+"""Clear messages for bad targets (issue 18, item 6): class labels of mixed types, a
+``class_weight`` that names no class or weighs one negatively, and a ``partial_fit`` y whose
+shape differs from the first call's."""
 
 import numpy as np
 import pytest
@@ -36,6 +37,29 @@ def test_labels_of_one_type_still_fit(Est, params):
               np.array([True, False] * 4)):
         clf = Est(random_state=0, **params).fit(X, y)
         assert len(clf.classes_) == 2 and set(clf.predict(X)) <= set(clf.classes_)
+
+
+@pytest.mark.parametrize("Est,params", CLASSIFIERS, ids=lambda c: getattr(c, "__name__", ""))
+@pytest.mark.parametrize("weights,message", [
+    ({"A": 2.0}, r"class_weight has keys \['A'\] that are not classes of y"),
+    ({"a": 1.0, "b": 1.0, "c": 3.0}, r"keys \['c'\] that are not classes"),
+    ({"a": -1.0}, "class_weight values must be finite and non-negative"),
+    ({"b": np.nan}, "class_weight values must be finite and non-negative"),
+])
+def test_class_weight_naming_no_class_is_refused(Est, params, weights, message):
+    # a misspelt label used to leave its class unweighted without a word
+    y = np.array(["a", "b"] * 4)
+    with pytest.raises(ValueError, match=message):
+        Est(class_weight=weights, **params).fit(_X(), y)
+
+
+@pytest.mark.parametrize("Est,params", CLASSIFIERS, ids=lambda c: getattr(c, "__name__", ""))
+def test_class_weight_dict_of_some_classes_still_weighs_them(Est, params):
+    # a class left out of the dict keeps weight 1; a heavier class pulls the predictions
+    X, y = _X(40), np.array(["a", "b"] * 20)
+    plain = Est(random_state=0, **params).fit(X, y).predict_proba(X)[:, 1].mean()
+    heavy = Est(random_state=0, class_weight={"b": 20.0}, **params).fit(X, y)
+    assert heavy.predict_proba(X)[:, 1].mean() > plain
 
 
 def test_check_class_labels_passes_plain_arrays():
