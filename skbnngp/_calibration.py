@@ -115,7 +115,7 @@ _GAUSSIAN = Mixing("delta", value=1.0)
 
 def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATION_LEVEL,
                              max_test_df=math.inf, near_noiseless=False, weights=None,
-                             t_shape="likelihood", min_factor=1.0):
+                             t_shape="likelihood", min_factor=1.0, max_df=math.inf):
     """``(calibration_factor, predictive_df)`` for the standardised residuals ``z``.
 
     Parameters
@@ -147,15 +147,20 @@ def fit_variance_calibration(method, z, *, reference=_GAUSSIAN, level=CALIBRATIO
     min_factor : float, default=1.0
         The least factor where nothing trusts a narrower scale than the model's: with the
         default the intervals are only widened; 0 gives the residuals' own factor.
+    max_df : float, default=inf
+        ``"student_t"`` chooses at most this many degrees of freedom (besides the cap of
+        ``reference``): tails known from other rows than ``z``'s. A near-noiseless target
+        keeps its floor of :data:`MIN_DF_LOW_NOISE` all the same.
     """
     if method is None:
         return 1.0, math.inf
     z = np.asarray(z, dtype=np.float64)
     if method == "student_t":
-        s0, max_df = reference.t_reference()
-        df, factor = student_t_calibration(z / math.sqrt(s0), level, max_df=max_df,
-                                           max_test_df=max_test_df,
-                                           min_df=MIN_DF_LOW_NOISE if near_noiseless else 1.0,
+        s0, own_df = reference.t_reference()
+        min_df = MIN_DF_LOW_NOISE if near_noiseless else 1.0
+        df, factor = student_t_calibration(z / math.sqrt(s0), level,
+                                           max_df=min(own_df, max(float(max_df), min_df)),
+                                           max_test_df=max_test_df, min_df=min_df,
                                            weights=weights, shape=t_shape,
                                            min_factor=min_factor)
         return float(factor), float(df)

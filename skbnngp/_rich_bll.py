@@ -15,6 +15,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 
 from ._backend import ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, to_numpy, weighted_median
+from ._backend._calibration import T_MAX_FIT_ROWS, fit_t
 from ._backend._jacobian import GaussianSketch, head_features, split_parameters
 from ._backend._log_noise import LogNoiseModel, fit_log_noise
 from ._backend._projection import (
@@ -79,6 +80,11 @@ REFIT = False
 #: light-tailed ones, and on a few dozen rows its degrees of freedom are unstable (a t of
 #: df < 3 for Gaussian residuals); benchmarks/results/intervals_levels.md.
 T_SHAPE = "likelihood"
+#: Where the residuals of the rows the network trained on fit a t of at most this many degrees
+#: of freedom (free scale), the held-out rows' Student-t calibration keeps tails at least
+#: that heavy: on heavy-tailed targets a few dozen held-out rows can miss every outlier, and
+#: the calibration then narrowed a Gaussian predictive around the bulk (None: no such cap).
+TRAINED_TAIL_DF = 4.0
 #: ``noise_variance="auto"`` keeps the heteroscedastic noise when its held-out log predictive
 #: density beats the homoscedastic one's by more than ``NOISE_Z`` standard errors of the
 #: paired per-row gains and by at least ``NOISE_MIN_GAIN`` nats a row.
@@ -217,7 +223,10 @@ default="auto"
           better), then widened as ``"gaussian"`` does, with the t's own 95 % quantile. When
           a likelihood-ratio test (level 1 %) rejects the Gaussian's scale for those
           residuals, the degrees of freedom and the scale are both fitted, and the factor may
-          fall below 1, down to the fitted scale's square.
+          fall below 1, down to the fitted scale's square. Where the residuals of the rows
+          the network trained on fit a t of at most ``TRAINED_TAIL_DF = 4`` degrees of
+          freedom, the t keeps tails at least that heavy, because a few dozen validation
+          rows can miss every outlier of a heavy-tailed target.
         - ``"auto"``: ``"student_t"`` when the fit holds rows out (``train_network=True``
           and ``early_stopping=True``), otherwise None.
         - None: the paper's Gaussian predictive.
@@ -489,8 +498,11 @@ default="auto"
             warnings.warn(self._no_held_out_rows_message(), UserWarning, stacklevel=4)
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         if self.calibration_ is not None:
+            trained = np.setdiff1d(np.arange(Xt.shape[0]), val_rows)
             self._calibrate_on(Xt[val_rows], Yt[val_rows], self.calibration_, Y,
-                               None if w is None else (to_numpy(split[1])[val_rows], w))
+                               None if w is None else (to_numpy(split[1])[val_rows], w),
+                               trained=(Xt[trained], Yt[trained],
+                                        None if w is None else to_numpy(split[0])[trained]))
         return self
 
     def _no_held_out_rows_message(self):
@@ -510,11 +522,11 @@ default="auto"
                 "noise_variance a value (in units of the normalised target), or check the "
                 "intervals on rows the network did not train on (User Guide, post-hoc head).")
 
-    def _held_out_fit(self, f, Phi, Yv, T, noise, method, Y, weights=None):
+    def _held_out_fit(self, f, Phi, Yv, T, noise, method, Y, weights=None, max_df=math.inf):
         """The standardised residuals ``z`` and predictive variances ``var`` of held-out rows
         (output ``f``, features ``Phi``, per-row or scalar ``noise``) under the factor ``T``,
         and the calibration fitted to them (sets ``calibration_factor_`` and
-        ``predictive_df_``)."""
+        ``predictive_df_``); ``max_df`` caps its degrees of freedom."""
         var = last_layer_variance(Phi, T, noise)
         z = standardised_residuals(Yv, f, var)
         wv, wy = (None, None) if weights is None else weights
@@ -522,18 +534,32 @@ default="auto"
         options = {} if wv is None else {"weights": wv}
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
         self._fit_calibration(method, z, t_shape=T_SHAPE, near_noiseless=near_noiseless(
-            z * np.sqrt(to_numpy(var)), Y, share, weights=wv, target_weights=wy), **options)
+            z * np.sqrt(to_numpy(var)), Y, share, weights=wv, target_weights=wy),
+            max_df=max_df, **options)
         return z, to_numpy(var)
 
-    def _calibrate_on(self, Xv, Yv, method, Y, weights=None):
+    def _calibrate_on(self, Xv, Yv, method, Y, weights=None, trained=None):
         """``calibration_factor_`` (and, for ``"student_t"``, ``predictive_df_``) from the
         standardised residuals of held-out rows (:meth:`_fit_calibration`; ``Y``, the
         normalised training targets, tells a near-noiseless target). ``weights``: the
-        frequency weights of the held-out rows and of ``Y``'s rows, or None."""
+        frequency weights of the held-out rows and of ``Y``'s rows, or None. ``trained``:
+        ``(X, Y, weights)`` of the rows the network trained on; where their residuals have
+        heavy tails (:data:`TRAINED_TAIL_DF`), the held-out rows' t keeps tails at least as
+        heavy, since a few dozen held-out rows may hold none of a heavy tail's outliers."""
         cache = self._cache
+        max_df = math.inf
+        if trained is not None and TRAINED_TAIL_DF is not None and len(trained[0]):
+            Xr, Yr, wr = trained
+            f, Phi = self._features(Xr, cache)
+            var = last_layer_variance(Phi, cache["T"], self._noise_at(Xr, Phi, cache))
+            z = to_numpy(standardised_residuals(Yr, f, var)).ravel()
+            step = -(-z.size // T_MAX_FIT_ROWS)  # an evenly strided subset, as the fits do
+            df, _ = fit_t(z[::step], weights=None if wr is None else np.ravel(wr)[::step])
+            if df <= TRAINED_TAIL_DF:
+                max_df = df
         f, Phi = self._features(Xv, cache)
         self._held_out_fit(f, Phi, Yv, cache["T"], self._noise_at(Xv, Phi, cache), method, Y,
-                           weights)
+                           weights, max_df=max_df)
 
     def _trainer(self, net, loss, **options):
         return NetworkTrainer(loss, list(net.parameters()), modules=[net],
