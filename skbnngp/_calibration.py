@@ -23,7 +23,13 @@ import math
 
 import numpy as np
 
-from ._backend._calibration import loo_variance_factor, student_t_calibration, weighted_median
+from ._backend._calibration import (
+    T_MAX_FIT_ROWS,
+    fit_t,
+    loo_variance_factor,
+    student_t_calibration,
+    weighted_median,
+)
 from ._scale_mixture import Mixing
 from .utils._sklearn_compat import StrOptions
 
@@ -35,6 +41,13 @@ CALIBRATION_LEVEL = 0.95
 #: spreads those residuals, and a t without a variance there would be an artefact of the
 #: fit (an infinite ``return_std`` for a smooth deterministic function).
 MIN_DF_LOW_NOISE = 3.0
+
+#: Where the standardised residuals of the rows a model trained on fit a t (free scale) of at
+#: most this many degrees of freedom, a Student-t calibration on held-out rows keeps tails at
+#: least that heavy (:func:`trained_tail_df`): on heavy-tailed targets a few dozen held-out
+#: rows can miss every outlier, and the calibration then narrowed a Gaussian predictive
+#: around the bulk (doc/whats_new.rst). None: no such cap.
+TRAINED_TAIL_DF = 4.0
 
 #: Noise share (median over rows of the noise variance / held-out predictive variance)
 #: below which the residuals are read as the latent function's, not the noise's.
@@ -51,6 +64,25 @@ LOW_RESIDUAL = 0.01
 #: DBK's noise share is as low on heavy-tailed data as on noiseless data, and without the
 #: check the guard hid the tails the Student-t calibration is for.
 HEAVY_KURTOSIS = 20.0
+
+
+def trained_tail_df(residuals, weights=None):
+    """The most degrees of freedom a held-out calibration may give (``max_df`` of
+    :func:`fit_variance_calibration`): those of the t (free scale) fitted to ``residuals``,
+    the standardised residuals of the rows the model trained on (of any shape; an evenly
+    strided subset of at most ``T_MAX_FIT_ROWS``), when they are at most
+    :data:`TRAINED_TAIL_DF`, else ``inf``. Their bulk is narrower than a new row's, which the
+    free scale absorbs; their tail shape is the data's."""
+    if TRAINED_TAIL_DF is None:
+        return math.inf
+    z = np.asarray(residuals, dtype=np.float64)
+    rows = z.shape[0] if z.ndim else 0
+    if rows == 0:
+        return math.inf
+    step = -(-rows // T_MAX_FIT_ROWS)
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)[::step]
+    df, _ = fit_t(z[::step], weights=w)
+    return df if df <= TRAINED_TAIL_DF else math.inf
 
 
 def near_noiseless(residuals, targets, noise_share, weights=None, target_weights=None,

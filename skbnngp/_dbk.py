@@ -32,6 +32,7 @@ from ._backend import (
 )
 from ._backend import _dbk as dbk
 from ._backend import _wide as wide
+from ._backend._calibration import T_MAX_FIT_ROWS
 from ._backend._student_t import paired_gain
 from ._base import (
     DEVICE_CONSTRAINT,
@@ -44,7 +45,7 @@ from ._base import (
     user_network,
     warn_training,
 )
-from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
+from ._calibration import REGRESSOR_CALIBRATION, near_noiseless, trained_tail_df
 from ._predictive import RegressorPredictiveMixin
 from ._rows import (
     duplicate_groups,
@@ -694,8 +695,14 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                 stream = {"state": state, "opt": trainer.optimizer.state_dict(), "n": len(tr)}
                 if method is not None and va is not None:  # the held-out rows' residuals
                     mean, var = dbk.predictive(feat, Xva, post, s2, M, correction, chunk)
+                    # with the trained rows' tails (a strided subset of them)
+                    sub = slice(None, None, -(-len(tr) // T_MAX_FIT_ROWS))
+                    m_tr, v_tr = dbk.predictive(feat, Xtr[sub], post, s2, M, correction, chunk)
+                    tail = trained_tail_df(
+                        to_numpy((Ytr[sub] - m_tr) / v_tr.sqrt().unsqueeze(1)),
+                        None if wtr is None else to_numpy(wtr)[sub])
                     self._fit_calibration(
-                        method, to_numpy((Yva - mean) / var.sqrt().unsqueeze(1)),
+                        method, to_numpy((Yva - mean) / var.sqrt().unsqueeze(1)), max_df=tail,
                         **({} if wva is None else {"weights": to_numpy(wva)}))
                     self.calibration_ = method
                 elif method is not None:

@@ -15,7 +15,6 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 
 from ._backend import ACTIVATIONS, NetworkTrainer, as_tensor, build_mlp, to_numpy, weighted_median
-from ._backend._calibration import T_MAX_FIT_ROWS, fit_t
 from ._backend._jacobian import GaussianSketch, head_features, split_parameters
 from ._backend._log_noise import LogNoiseModel, fit_log_noise
 from ._backend._projection import (
@@ -41,7 +40,7 @@ from ._base import (
     user_network,
     warn_training,
 )
-from ._calibration import REGRESSOR_CALIBRATION, near_noiseless
+from ._calibration import REGRESSOR_CALIBRATION, near_noiseless, trained_tail_df
 from ._predictive import RegressorPredictiveMixin
 from ._rows import held_out_split, network_weights, warn_rare_binary_values
 from .utils._sklearn_compat import Interval, StrOptions, _fit_context, validate_data
@@ -80,11 +79,6 @@ REFIT = False
 #: light-tailed ones, and on a few dozen rows its degrees of freedom are unstable (a t of
 #: df < 3 for Gaussian residuals); benchmarks/results/intervals_levels.md.
 T_SHAPE = "likelihood"
-#: Where the residuals of the rows the network trained on fit a t of at most this many degrees
-#: of freedom (free scale), the held-out rows' Student-t calibration keeps tails at least
-#: that heavy: on heavy-tailed targets a few dozen held-out rows can miss every outlier, and
-#: the calibration then narrowed a Gaussian predictive around the bulk (None: no such cap).
-TRAINED_TAIL_DF = 4.0
 #: ``noise_variance="auto"`` keeps the heteroscedastic noise when its held-out log predictive
 #: density beats the homoscedastic one's by more than ``NOISE_Z`` standard errors of the
 #: paired per-row gains and by at least ``NOISE_MIN_GAIN`` nats a row.
@@ -224,9 +218,9 @@ default="auto"
           a likelihood-ratio test (level 1 %) rejects the Gaussian's scale for those
           residuals, the degrees of freedom and the scale are both fitted, and the factor may
           fall below 1, down to the fitted scale's square. Where the residuals of the rows
-          the network trained on fit a t of at most ``TRAINED_TAIL_DF = 4`` degrees of
-          freedom, the t keeps tails at least that heavy, because a few dozen validation
-          rows can miss every outlier of a heavy-tailed target.
+          the network trained on fit a t of at most 4 degrees of freedom, the t keeps tails
+          at least that heavy, because a few dozen validation rows can miss every outlier of
+          a heavy-tailed target.
         - ``"auto"``: ``"student_t"`` when the fit holds rows out (``train_network=True``
           and ``early_stopping=True``), otherwise None.
         - None: the paper's Gaussian predictive.
@@ -544,19 +538,16 @@ default="auto"
         normalised training targets, tells a near-noiseless target). ``weights``: the
         frequency weights of the held-out rows and of ``Y``'s rows, or None. ``trained``:
         ``(X, Y, weights)`` of the rows the network trained on; where their residuals have
-        heavy tails (:data:`TRAINED_TAIL_DF`), the held-out rows' t keeps tails at least as
-        heavy, since a few dozen held-out rows may hold none of a heavy tail's outliers."""
+        heavy tails (:func:`~._calibration.trained_tail_df`), the held-out rows' t keeps
+        tails at least as heavy, since a few dozen held-out rows may hold none of a heavy
+        tail's outliers."""
         cache = self._cache
         max_df = math.inf
-        if trained is not None and TRAINED_TAIL_DF is not None and len(trained[0]):
+        if trained is not None and len(trained[0]):
             Xr, Yr, wr = trained
             f, Phi = self._features(Xr, cache)
             var = last_layer_variance(Phi, cache["T"], self._noise_at(Xr, Phi, cache))
-            z = to_numpy(standardised_residuals(Yr, f, var)).ravel()
-            step = -(-z.size // T_MAX_FIT_ROWS)  # an evenly strided subset, as the fits do
-            df, _ = fit_t(z[::step], weights=None if wr is None else np.ravel(wr)[::step])
-            if df <= TRAINED_TAIL_DF:
-                max_df = df
+            max_df = trained_tail_df(to_numpy(standardised_residuals(Yr, f, var)).ravel(), wr)
         f, Phi = self._features(Xv, cache)
         self._held_out_fit(f, Phi, Yv, cache["T"], self._noise_at(Xv, Phi, cache), method, Y,
                            weights, max_df=max_df)

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from scipy.optimize import minimize_scalar
 
-from skbnngp import RichBLLRegressor, _rich_bll
+from skbnngp import RichBLLRegressor, _calibration, _rich_bll
 from skbnngp._backend import fit_t, loo_variance_factor, student_t_calibration, t_loglik
 from skbnngp._backend import fit_t_df as _fit_df
 from skbnngp._rich_bll import RichBLLRegressor as _Impl
@@ -177,7 +177,7 @@ def test_student_t_factor_reads_the_same_residual_against_the_t_quantile(validat
     tr = np.setdiff1d(np.arange(len(y)), va)
     mu_t, sd_t = plain.predict(X[tr], return_std=True)
     cap = fit_t((y[tr] - mu_t) / sd_t)[0]
-    assert cap <= _rich_bll.TRAINED_TAIL_DF
+    assert cap <= _calibration.TRAINED_TAIL_DF
     df, k = tcal.predictive_df_, tcal.calibration_factor_
     assert (df, k) == pytest.approx(student_t_calibration(z, max_df=cap), rel=1e-9)
     assert np.isfinite(df) and k > 1.0
@@ -283,7 +283,7 @@ def test_heavy_tails_of_the_trained_rows_keep_the_held_out_t_heavy():
     for seed in range(6):
         reg = RichBLLRegressor(calibration="student_t", validation_fraction=0.1,
                                **dict(SMALL, random_state=seed)).fit(X, y)
-        assert reg.predictive_df_ <= _rich_bll.TRAINED_TAIL_DF
+        assert reg.predictive_df_ <= _calibration.TRAINED_TAIL_DF
         assert np.mean(-reg.predict_dist(Xt).logpdf(yt)) < 4.0
 
 
