@@ -20,6 +20,7 @@ The numerics (the t fits, the conformal quantile, the temperature's optimisation
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -48,6 +49,12 @@ MIN_DF_LOW_NOISE = 3.0
 #: rows can miss every outlier, and the calibration then narrowed a Gaussian predictive
 #: around the bulk (doc/whats_new.rst). None: no such cap.
 TRAINED_TAIL_DF = 4.0
+
+#: A multi-output fit warns when its targets' residuals ask for variance factors more than
+#: this many times apart: the noise variance they share is then wrong for some of them, and
+#: their intervals under- or over-cover beyond what a factor per target repairs
+#: (doc/whats_new.rst); below it they covered as well as fitted alone.
+UNEQUAL_NOISE_RATIO = 3.0
 
 #: Noise share (median over rows of the noise variance / held-out predictive variance)
 #: below which the residuals are read as the latent function's, not the noise's.
@@ -83,6 +90,24 @@ def trained_tail_df(residuals, weights=None):
     w = None if weights is None else np.asarray(weights, dtype=np.float64)[::step]
     df, _ = fit_t(z[::step], weights=w)
     return df if df <= TRAINED_TAIL_DF else math.inf
+
+
+def warn_unequal_targets(name, own, stacklevel=2):
+    """Warn when the targets of a multi-output fit, which share one noise variance, ask for
+    variance factors (``own``: each target's, with no floor) more than
+    :data:`UNEQUAL_NOISE_RATIO` apart."""
+    own = np.asarray(own, dtype=np.float64)
+    if own.size < 2 or not np.all(np.isfinite(own)) or own.min() <= 0:
+        return
+    ratio = own.max() / own.min()
+    if ratio > UNEQUAL_NOISE_RATIO:
+        warnings.warn(
+            f"{name}: the targets share one noise variance, but their residuals ask for "
+            f"variances {ratio:.1f} times apart, so some targets' intervals may be too narrow "
+            f"(or too wide). Fit one {name} per target column (each with its own noise and "
+            "intervals; sklearn's MultiOutputRegressor does so, and "
+            "skbnngp.metrics.predictive_response gives its predictive) when their noise "
+            "levels differ.", UserWarning, stacklevel=stacklevel + 1)
 
 
 def near_noiseless(residuals, targets, noise_share, weights=None, target_weights=None,

@@ -103,11 +103,6 @@ T_SHAPE = "likelihood"
 #: Older residuals come from models further from the current one, and more of them
 #: under-covered in the streaming measurements of doc/whats_new.rst.
 STREAM_CALIBRATION_ROWS = 100
-#: A multi-output exact fit warns when its targets' residuals ask for variances more than
-#: this many times apart: the noise they share is then too small for the noisiest targets,
-#: which under-cover beyond what their calibration repairs (doc/whats_new.rst); below it,
-#: they covered as well as fitted alone.
-UNEQUAL_NOISE_RATIO = 3.0
 #: Fewer residuals than this leave a streamed model uncalibrated (the calibration's own
 #: floor for narrowing a predictive is 19 rows).
 STREAM_MIN_ROWS = 20
@@ -149,24 +144,6 @@ def _newest(parts, rows):
         kept.append(part)
         total += len(part)
     return kept[::-1]
-
-
-def _warn_unequal_target_noise(name, own):
-    """Warn when the targets of a multi-output fit, which share one noise variance, ask
-    for variance factors more than :data:`UNEQUAL_NOISE_RATIO` apart (``own``: each
-    target's factor with no floor; None for one target)."""
-    if own is None or not np.all(np.isfinite(own)) or own.min() <= 0:
-        return
-    ratio = own.max() / own.min()
-    if ratio > UNEQUAL_NOISE_RATIO:
-        warnings.warn(
-            f"{name}: the targets share one noise variance, but their residuals ask for "
-            f"variances {ratio:.1f} times apart; the noisiest targets' intervals may be "
-            "too narrow. Fit one DBKRegressor per target column (each with its own "
-            "noise and intervals; sklearn's MultiOutputRegressor does so, and "
-            "skbnngp.metrics.predictive_response gives its predictive) when their noise "
-            "levels differ.",
-            UserWarning, stacklevel=7)
 
 
 class _NoPartialFit(AttributeError, ValueError):
@@ -745,13 +722,12 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                     own = to_float(s2) if head is None else to_numpy(row_noise)
                     share = weighted_median(np.minimum(own / v, 1.0), wn)
                     options = {} if wn is None else {"weights": wn}
-                    asked = self._fit_calibration(
+                    self._fit_calibration(
                         method, z, max_test_df=DBK_MAX_TEST_DF, relative_targets=True,
                         t_shape=T_SHAPE, near_noiseless=near_noiseless(
                             z * np.sqrt(v)[:, None], to_numpy(Yall), share, weights=wn,
                             tail_check=True), **options)
                     self.calibration_ = method
-                    _warn_unequal_target_noise(name, asked)
         self.n_iter_, self.loss_curve_ = res.n_epochs, res.loss_curve
         self.validation_scores_, self.best_iteration_ = res.validation_scores, res.best_epoch
         self.converged_ = res.converged

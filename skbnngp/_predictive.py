@@ -29,7 +29,12 @@ from ._backend import (
     weighted_median,
 )
 from ._base import check_predict_params, plain, threaded
-from ._calibration import fit_variance_calibration, near_noiseless, relative_target_factors
+from ._calibration import (
+    fit_variance_calibration,
+    near_noiseless,
+    relative_target_factors,
+    warn_unequal_targets,
+)
 from ._intervals import central_intervals
 from ._rows import duplicate_groups, rows_replicate
 from ._scale_mixture import Mixing
@@ -133,8 +138,9 @@ class RegressorPredictiveMixin:
         tails of the others (``near_noiseless`` may then be a bool per target).
         ``relative_targets``: for a model whose noise is shared by the targets and whose
         residuals are not trusted to narrow a target on their own (see
-        :func:`relative_target_factors`); the factors each target's residuals ask for,
-        with no floor, are then returned (None otherwise).
+        :func:`relative_target_factors`). The factors each target's residuals ask for, with
+        no floor, are returned (None for one target), and a fit whose targets ask for
+        factors far apart warns (:func:`~skbnngp._calibration.warn_unequal_targets`).
         """
         reference = self._model_mixing()
         z = np.asarray(z, dtype=np.float64)
@@ -147,12 +153,13 @@ class RegressorPredictiveMixin:
                                                  min_factor=min_factor, **options)
                         for j, flag in enumerate(flags)]
             fits = fit(1.0)
-            factors, own = np.array([factor for factor, _ in fits]), None
+            factors = np.array([factor for factor, _ in fits])
+            own = np.array([factor for factor, _ in fit(0.0)])  # what each target asks for
             if relative_targets:
-                own = np.array([factor for factor, _ in fit(0.0)])
                 factors = relative_target_factors(factors, own)
             self.calibration_factor_ = factors
             self.predictive_df_ = np.array([df for _, df in fits])
+            warn_unequal_targets(type(self).__name__, own, stacklevel=6)
             return own
         self.calibration_factor_, self.predictive_df_ = fit_variance_calibration(
             method, z, reference=reference, near_noiseless=bool(np.all(near_noiseless)),
