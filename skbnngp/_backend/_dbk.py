@@ -21,9 +21,17 @@ import math
 
 import torch
 
-from ._blr import (BLREvidence, BLRPosterior, DiagNoiseEvidence, blr_fit_scales,
-                   blr_log_evidence, blr_log_evidence_diag, blr_posterior, blr_stats,
-                   weighted_log_evidence_diag)
+from ._blr import (
+    BLREvidence,
+    BLRPosterior,
+    DiagNoiseEvidence,
+    blr_fit_scales,
+    blr_log_evidence,
+    blr_log_evidence_diag,
+    blr_posterior,
+    blr_stats,
+    weighted_log_evidence_diag,
+)
 from ._chunks import chunked_apply, iter_slices
 from ._device import to_float
 from ._gp import leave_one_copy_out
