@@ -69,6 +69,32 @@ def clip_variances(estimator, V, full_cov):
 PREDICT_BLOCK_ROWS = 8192
 
 
+def loo_new_rows(engine, state, params, noise, leave_groups=True):
+    """The closed-form leave-one-out residuals ``r`` (n, C) of a fitted Gaussian-process
+    ``engine`` and the predictive variances ``v`` (n,) of one new observation at each
+    training row, as NumPy, with each residual's frequency weight (``engine.weights``, or
+    None).
+
+    Replicates of a design (:func:`~skbnngp._rows.rows_replicate`) are left out one copy at a
+    time (a new row at a merged row's input meets the other copies); otherwise, with
+    ``leave_groups``, rows that repeat one input are left out together (a twin left in the
+    training set predicts its row exactly). A weighted row's variance is one observation's
+    (noise ``noise``, not its own ``noise / w``)."""
+    r, v = engine.loo(state, params)
+    w = getattr(engine, "weights", None)
+    groups = duplicate_groups(to_numpy(engine.X))
+    recur = rows_replicate(groups, engine.n, None if w is None else to_numpy(w))
+    if leave_groups and groups and not recur:
+        r, v = leave_group_out(engine, state, params, r, v, groups)
+    if w is not None and recur:
+        r, v = leave_one_copy_out(r, v, w, noise)
+        w = to_numpy(w)
+    elif w is not None:
+        w = to_numpy(w)
+        v = to_numpy(v) + float(noise) * (1.0 - 1.0 / w)
+    return to_numpy(r), np.maximum(to_numpy(v), 1e-300), w
+
+
 class RegressorPredictiveMixin:
     """``predict``, ``predict_std``, ``predict_dist``, ``predict_interval`` and ``sample_y``
     of a regressor.
@@ -181,26 +207,9 @@ class RegressorPredictiveMixin:
         if method is None:
             self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
             return
-        r, v = engine.loo(state, params)
-        groups = duplicate_groups(to_numpy(engine.X))
-        w = getattr(engine, "weights", None)
-        recur = rows_replicate(groups, engine.n, None if w is None else to_numpy(w))
-        if groups and not recur:
-            # rows that repeat one input are left out together: a twin left in the training
-            # set predicts its row exactly, and the calibration would collapse the intervals
-            r, v = leave_group_out(engine, state, params, r, v, groups)
         noise = state.get("noise")
         noise = params["noise_variance"] if noise is None else noise
-        if w is not None and recur:
-            # replicates (a categorical design): a new row at a merged row's input meets the
-            # other copies, so one copy is left out
-            r, v = leave_one_copy_out(r, v, w, noise)
-            w = to_numpy(w)
-        elif w is not None:  # the held-out row's own noise s / w -> one observation's s
-            w = to_numpy(w)
-            v = to_numpy(v) + float(noise) * (1.0 - 1.0 / w)
-        v = np.maximum(to_numpy(v), 1e-300)
-        r = to_numpy(r)
+        r, v, w = loo_new_rows(engine, state, params, noise)
         share = weighted_median(np.minimum(float(noise) / v, 1.0), w)
         self._fit_calibration(method, r / np.sqrt(v)[:, None], near_noiseless=near_noiseless(
             r, to_numpy(engine.Y), share, weights=w), weights=w)

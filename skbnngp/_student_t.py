@@ -13,7 +13,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils import check_random_state
 
 from ._backend import as_tensor, gp_predict, to_float, to_numpy
-from ._backend._gp import ExactGP, leave_one_copy_out
+from ._backend._gp import ExactGP
 from ._backend._student_t import (
     HYPERPARAMETERS,
     ard_kernel,
@@ -35,12 +35,10 @@ from ._base import (
     transactional,
 )
 from ._calibration import REGRESSOR_CALIBRATION
-from ._predictive import RegressorPredictiveMixin
+from ._predictive import RegressorPredictiveMixin, loo_new_rows
 from ._rows import (
     check_weights,
     collapse_rows,
-    duplicate_groups,
-    rows_replicate,
     warn_light_weights,
     warn_repeated_noise,
 )
@@ -487,16 +485,8 @@ class StudentTProcessRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, Re
         predictive (calibrated where the calibration is on; normalised targets, summed over
         them), hyperparameters held at their fitted values."""
         cache = self._get_cache()
-        r, v = self._engine.loo(cache["factor"], cache["p"])
-        w = self.__dict__.get("_train_weight")
-        noise = to_float(cache["factor"]["noise"])
-        if w is not None and rows_replicate(duplicate_groups(to_numpy(self._engine.X)),
-                                            len(w), w):
-            r, v = leave_one_copy_out(r, v, w, noise)  # replicates: one copy out
-            w = None
-        r, v = to_numpy(r), to_numpy(v)
-        if w is not None:  # one observation's noise, not the weighted row's (see calibration)
-            v = v + noise * (1.0 - 1.0 / w)
+        r, v, _ = loo_new_rows(self._engine, cache["factor"], cache["p"],
+                               to_float(cache["factor"]["noise"]), leave_groups=False)
         std = np.sqrt(v[:, None] * self.calibration_factor_)
         return self._predictive_dist(np.zeros_like(r), np.broadcast_to(
             std, r.shape)).logpdf(r).sum(axis=1)
