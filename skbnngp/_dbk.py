@@ -243,7 +243,10 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
         Student-t to the residuals (``predictive_df_``, ``inf`` when nothing heavier fits
         better) and take the factor at its quantile; the leave-one-out residuals' own scale
         may narrow it only when the t fitted with it has at most ``DBK_MAX_TEST_DF = 4``
-        degrees of freedom; ``predict_dist`` is then a ``scipy.stats.t``. ``"auto"`` runs
+        degrees of freedom; with svi, where the training rows' residuals fit a t of at most
+        4 degrees of freedom the validation rows' t keeps tails that heavy (a few dozen
+        validation rows can miss every outlier); ``predict_dist`` is then a
+        ``scipy.stats.t``. ``"auto"`` runs
         ``"student_t"``, the best calibrated in our benchmarks; ``None`` keeps the model's
         own Gaussian. The mean is unchanged.
     noise_variance : {"auto", "homoscedastic", "heteroscedastic"}, default="auto"

@@ -132,7 +132,9 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         Final weight of the KL term; below the paper's 1, which made the predictive
         under-confident (User Guide).
     class_weight : dict, "balanced" or None, default=None
-        Weights of the classes in the cross-entropy; None weighs every row equally.
+        Weights of the classes in the cross-entropy: a dict ``{class: weight}`` (missing
+        classes weigh 1; a key that is not a class of ``y``, or a negative weight, is an
+        error) or ``"balanced"``; None weighs every row equally.
     max_iter : int, default=400
         Epochs (the KL annealing and the learning-rate drop are fractions of it); 400
         measured better in accuracy and NLL on digits than 200 (User Guide).

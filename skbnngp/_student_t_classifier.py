@@ -119,7 +119,8 @@ random_state, verbose
         while it helps where features differ in relevance.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight`` in ``fit`` (as in
-        :class:`FiDGPClassifier`): a dict ``{class: weight}`` (missing classes weigh 1) or
+        :class:`FiDGPClassifier`): a dict ``{class: weight}`` (missing classes weigh 1; a
+        key that is not a class of ``y``, or a negative weight, is an error) or
         ``"balanced"`` (``n_samples / (n_classes * count)``). None, since the probabilities
         are then those of the data's own class frequencies.
 

@@ -579,7 +579,7 @@ def test_multi_output_fits_warn_when_their_targets_noise_levels_differ(Est):
     """DBK's targets share one noise variance, and so do the Gaussian-process regressors'
     (relative to each normalised target); where the targets' residuals ask for variances
     far apart, some targets' intervals under-cover beyond what the calibration repairs
-    (90 % intervals covering 0.79-0.84 of fresh rows, doc/whats_new.rst), and the fit says
+    (doc/whats_new.rst), and the fit says
     so, pointing to one model per target. Two affine copies of one column ask for the same
     variance and fit silently."""
     rng = np.random.default_rng(0)

@@ -238,7 +238,7 @@ def test_gaussian_calibration_widens_only_the_variance():
 def test_svi_keeps_the_trained_rows_heavy_tails():
     """svi calibrates on its validation rows alone: 25 rows of 200 with 5 % outliers hold
     none at some seeds, and the calibration kept a Gaussian far too narrow for the outliers
-    (test NLPD 42-73 at four of these six seeds). The trained rows' residuals fit a t of at
+    (doc/whats_new.rst). The trained rows' residuals fit a t of at
     most ``_calibration.TRAINED_TAIL_DF`` degrees of freedom, which now caps the held-out t
     (exact inference reads leave-one-out residuals of every row and is not affected)."""
     from skbnngp import _calibration

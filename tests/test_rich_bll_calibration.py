@@ -274,8 +274,8 @@ def _contaminated(n, rng):
 
 def test_heavy_tails_of_the_trained_rows_keep_the_held_out_t_heavy():
     """The 20 held-out rows of these fits hold no outlier at some seeds; calibrated on them
-    alone, the predictive became a Gaussian narrowed to the bulk (test NLPD 84-551 at
-    five of these six seeds). The trained rows' residuals fit a t of at most
+    alone, the predictive became a Gaussian narrowed to the bulk, far too narrow for the
+    outliers (doc/whats_new.rst). The trained rows' residuals fit a t of at most
     ``TRAINED_TAIL_DF`` degrees of freedom, which now caps the held-out rows' t."""
     rng = np.random.default_rng(0)
     X, y = _contaminated(200, rng)
