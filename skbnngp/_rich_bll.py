@@ -79,6 +79,11 @@ REFIT = False
 #: light-tailed ones, and on a few dozen rows its degrees of freedom are unstable (a t of
 #: df < 3 for Gaussian residuals); benchmarks/results/intervals_levels.md.
 T_SHAPE = "likelihood"
+#: The shape used instead where the rows the network trained on have heavy tails (the cap
+#: of :func:`~._calibration.trained_tail_df` applies): the t fitted over the levels, whose
+#: degrees of freedom that cap bounds, matches the peaked bulk that the likelihood and the
+#: 95 % rule leave too wide; benchmarks/results/intervals_levels.md.
+HEAVY_TAIL_T_SHAPE = "levels"
 #: ``noise_variance="auto"`` keeps the heteroscedastic noise when its held-out log predictive
 #: density beats the homoscedastic one's by more than ``NOISE_Z`` standard errors of the
 #: paired per-row gains and by at least ``NOISE_MIN_GAIN`` nats a row.
@@ -520,14 +525,16 @@ default="auto"
         """The standardised residuals ``z`` and predictive variances ``var`` of held-out rows
         (output ``f``, features ``Phi``, per-row or scalar ``noise``) under the factor ``T``,
         and the calibration fitted to them (sets ``calibration_factor_`` and
-        ``predictive_df_``); ``max_df`` caps its degrees of freedom."""
+        ``predictive_df_``); a finite ``max_df`` (heavy tails in the trained rows) caps its
+        degrees of freedom and fits the t over the levels (:data:`HEAVY_TAIL_T_SHAPE`)."""
         var = last_layer_variance(Phi, T, noise)
         z = standardised_residuals(Yv, f, var)
         wv, wy = (None, None) if weights is None else weights
         share = weighted_median(np.minimum(to_numpy(noise / var), 1.0), wv)
         options = {} if wv is None else {"weights": wv}
         self.calibration_factor_, self.predictive_df_ = 1.0, math.inf
-        self._fit_calibration(method, z, t_shape=T_SHAPE, near_noiseless=near_noiseless(
+        shape = T_SHAPE if math.isinf(max_df) else HEAVY_TAIL_T_SHAPE
+        self._fit_calibration(method, z, t_shape=shape, near_noiseless=near_noiseless(
             z * np.sqrt(to_numpy(var)), Y, share, weights=wv, target_weights=wy),
             max_df=max_df, **options)
         return z, to_numpy(var)

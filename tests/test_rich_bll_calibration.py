@@ -164,28 +164,66 @@ def test_fit_df_gives_the_gaussian_for_gaussian_residuals():
     assert _fit_df(np.array([np.nan, np.inf])) == np.inf
 
 
-def test_student_t_factor_reads_the_same_residual_against_the_t_quantile(validation_rows):
-    X, y = _heteroscedastic()
-    kw = dict(SMALL, noise_variance=0.01)  # over-confident: both factors are above 1
-    tcal = RichBLLRegressor(calibration="student_t", **kw).fit(X, y)
+def _level_misfit(z, df, factor):
+    """Squared log-quantile misfit over the levels 0.05...0.95 of the t (``df``, variance
+    ``factor``) to the residuals ``z`` (what :func:`fit_t_levels` minimises)."""
+    lev = np.arange(1, 20) / 20
+    a = np.sort(np.abs(z))
+    pos = np.arange(1, a.size + 1) - 0.5  # midpoint plotting positions
+    q = np.interp(lev * a.size, pos, a)
+    unit = stats.norm.ppf(0.5 + lev / 2) if np.isinf(df) else stats.t.ppf(0.5 + lev / 2, df)
+    return float(np.sum((np.log(q) - np.log(unit * np.sqrt(factor))) ** 2))
+
+
+def _held_out_and_trained(validation_rows, X, y, kw):
     plain = RichBLLRegressor(calibration=None, **kw).fit(X, y)  # the same network and posterior
-    va = validation_rows[0]
-    mu_v, sd_v = plain.predict(X[va], return_std=True)
-    z = (y[va] - mu_v) / sd_v
-    # the t(3) noise gives the trained rows' residuals heavy tails, which cap the t's
-    # degrees of freedom (TRAINED_TAIL_DF)
+    va = validation_rows[-1]
     tr = np.setdiff1d(np.arange(len(y)), va)
+    mu_v, sd_v = plain.predict(X[va], return_std=True)
     mu_t, sd_t = plain.predict(X[tr], return_std=True)
-    cap = fit_t((y[tr] - mu_t) / sd_t)[0]
-    assert cap <= _calibration.TRAINED_TAIL_DF
+    return (y[va] - mu_v) / sd_v, (y[tr] - mu_t) / sd_t
+
+
+def test_student_t_factor_reads_the_same_residual_against_the_t_quantile(validation_rows):
+    """Light-tailed noise: the likelihood's degrees of freedom and the 95 % conformal factor."""
+    X, _ = _heteroscedastic()
+    rng = np.random.default_rng(1)
+    y = np.sin(3 * X[:, 0]) + (0.05 + 0.375 * (X[:, 0] + 1)) * rng.standard_normal(len(X))
+    kw = dict(SMALL, noise_variance=0.01)  # over-confident: the factor is above 1
+    tcal = RichBLLRegressor(calibration="student_t", **kw).fit(X, y)
+    z, z_trained = _held_out_and_trained(validation_rows, X, y, kw)
+    assert _calibration.trained_tail_df(z_trained) == np.inf  # no cap: the likelihood rule
     df, k = tcal.predictive_df_, tcal.calibration_factor_
-    assert (df, k) == pytest.approx(student_t_calibration(z, max_df=cap), rel=1e-9)
-    assert np.isfinite(df) and k > 1.0
-    assert plain.predictive_df_ == np.inf
-    q = stats.t.ppf(0.975, df)
+    assert (df, k) == pytest.approx(student_t_calibration(z), rel=1e-9)
+    assert k > 1.0
+    q = stats.norm.ppf(0.975) if np.isinf(df) else stats.t.ppf(0.975, df)
     assert k >= loo_variance_factor(z, q, 0.95) * (1 - 1e-12)
     # the t's 95 % interval holds at least 95 % of the held-out residuals
     assert np.mean(np.abs(z) <= q * np.sqrt(k) * (1 + 1e-12)) >= 0.95
+
+
+def test_heavy_trained_tails_fit_the_held_out_t_over_the_levels(validation_rows, monkeypatch):
+    """t(3) noise: the trained rows' heavy tails cap the held-out t's degrees of freedom
+    (``TRAINED_TAIL_DF``), and its degrees of freedom and scale are those whose central
+    intervals match the held-out residuals' over the levels 0.05...0.95, which no t of
+    the likelihood rule (the old one, ``HEAVY_TAIL_T_SHAPE="likelihood"``) matches better."""
+    X, y = _heteroscedastic()
+    kw = dict(SMALL, noise_variance=0.01)
+    tcal = RichBLLRegressor(calibration="student_t", **kw).fit(X, y)
+    z, z_trained = _held_out_and_trained(validation_rows, X, y, kw)
+    cap = fit_t(z_trained)[0]
+    assert cap <= _calibration.TRAINED_TAIL_DF
+    assert _calibration.trained_tail_df(z_trained) == pytest.approx(cap)
+    df, k = tcal.predictive_df_, tcal.calibration_factor_
+    assert (df, k) == pytest.approx(student_t_calibration(z, max_df=cap, shape="levels"),
+                                    rel=1e-9)
+    assert np.isfinite(df) and df <= cap * (1 + 1e-12) and k > 1.0
+    monkeypatch.setattr(_rich_bll, "HEAVY_TAIL_T_SHAPE", "likelihood")
+    old = RichBLLRegressor(calibration="student_t", **kw).fit(X, y)
+    old_df, old_k = old.predictive_df_, old.calibration_factor_
+    assert (old_df, old_k) == pytest.approx(student_t_calibration(z, max_df=cap), rel=1e-9)
+    assert (old_df, old_k) != pytest.approx((df, k), rel=1e-3)
+    assert _level_misfit(z, df, k) < _level_misfit(z, old_df, old_k)
 
 
 # ------------------------------------------------ the scale test of the Student-t calibration
@@ -320,8 +358,9 @@ def test_student_t_gaussian_residuals_keep_a_gaussian(monkeypatch):
     # normal, with the factor of "gaussian"
     monkeypatch.setattr("skbnngp._backend._calibration.fit_t_df",
                         lambda z, max_df=np.inf, min_df=1.0, weights=None: np.inf)
-    monkeypatch.setattr("skbnngp._backend._calibration.fit_t",
-                        lambda z, max_df=np.inf, min_df=1.0, weights=None: (np.inf, 1.0))
+    gaussian_t = lambda z, max_df=np.inf, min_df=1.0, weights=None: (np.inf, 1.0)  # noqa: E731
+    monkeypatch.setattr("skbnngp._backend._calibration.fit_t", gaussian_t)
+    monkeypatch.setattr("skbnngp._calibration.fit_t", gaussian_t)  # the trained rows' tails
     X, y = _heteroscedastic()
     reg = RichBLLRegressor(calibration="student_t", **SMALL).fit(X, y)
     cal = RichBLLRegressor(calibration="gaussian", **SMALL).fit(X, y)
