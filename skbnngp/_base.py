@@ -115,6 +115,15 @@ def class_weight_vector(class_weight, classes):
     return weights
 
 
+def check_n_samples(n_samples, name="n_samples"):
+    """``n_samples`` of a sampling method, refused (a ValueError naming it) unless it is an
+    integer of at least 1."""
+    if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) \
+            or n_samples < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {plain(n_samples)!r}.")
+    return int(n_samples)
+
+
 def check_predict_params(estimator, *names):
     """Validate the constructor parameters ``names`` that a predict-time method reads.
 

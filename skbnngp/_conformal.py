@@ -35,6 +35,7 @@ from sklearn.utils.validation import (
     indexable,
 )
 
+from ._base import check_n_samples
 from ._intervals import central_intervals, check_confidence
 from ._rows import check_weights, distinct_rows
 from ._student_t import StudentTProcessRegressor
@@ -460,6 +461,33 @@ class ConformalRegressor(RegressorMixin, MetaEstimatorMixin, BaseEstimator):
         return ConformalPredictiveDistribution(
             np.concatenate([loc - spread, loc + spread], axis=-1), n_calibration=n,
             weights=weights)
+
+    def sample_y(self, X, n_samples=1, random_state=0):
+        """Draw samples of y at ``X`` from the conformal predictive, row by row.
+
+        A conformal predictive is a distribution per row with no joint law across rows, so
+        the rows are drawn independently (unlike the wrapped regressors' joint draws): each
+        draw is one of the row's candidate values, in proportion to its weight
+        (:meth:`ConformalPredictiveDistribution.rvs`). The mass the calibration scores
+        cannot bound (``1 / (2 (n + 1))`` at each of -inf and +inf) is left out, so every
+        draw is finite.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+            Number of draws per row.
+        random_state : int, RandomState instance or None, default=0
+            Seeds the draws (as in scikit-learn's ``GaussianProcessRegressor.sample_y``).
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets,
+            n_samples)
+        """
+        n_samples = check_n_samples(n_samples)
+        draws = self.predict_dist(X).rvs(size=n_samples, random_state=random_state)
+        return np.moveaxis(draws, 0, -1)
 
     def predict_interval(self, X, confidence=0.9):
         """Central conformal intervals of y at ``X``, at one level or several.

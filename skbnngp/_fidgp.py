@@ -39,6 +39,7 @@ from ._base import (
     TorchEstimatorMixin,
     check_class_labels,
     check_hidden_layer_sizes,
+    check_n_samples,
     check_predict_params,
     class_weight_vector,
     fit_input_scaling,
@@ -705,8 +706,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         if n_samples is None:
             check_predict_params(self, "n_predict_samples")
         S = self.n_predict_samples if n_samples is None else n_samples
-        if not isinstance(S, numbers.Integral) or isinstance(S, bool) or S < 1:
-            raise ValueError(f"n_samples must be an integer >= 1, got {plain(n_samples)!r}.")
+        check_n_samples(S)
         check_is_fitted(self)
         seed = self._predict_seed if random_state is None else int(
             check_random_state(random_state).randint(np.iinfo(np.int32).max))

@@ -10,7 +10,6 @@ supplies only its latent moments (:meth:`RegressorPredictiveMixin._latent_moment
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 
 import numpy as np
@@ -28,7 +27,7 @@ from ._backend import (
     to_numpy,
     weighted_median,
 )
-from ._base import check_predict_params, plain, threaded
+from ._base import check_n_samples, check_predict_params, threaded
 from ._calibration import (
     fit_variance_calibration,
     near_noiseless,
@@ -437,9 +436,7 @@ n_targets), optional
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets,
             n_samples)
         """
-        if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) \
-                or n_samples < 1:
-            raise ValueError(f"n_samples must be an integer >= 1, got {plain(n_samples)!r}.")
+        check_n_samples(n_samples)
         rng = check_random_state(random_state)
         mean, V = self._latent(X, full_cov=True)
         Lv, _ = stable_cholesky(as_tensor(V, self.device_, self._dtype),

@@ -282,6 +282,42 @@ def test_conformal_shapes_and_predict_dist():
         np.testing.assert_array_equal(lo[..., 1], dist.interval(0.9)[0])
 
 
+@pytest.mark.parametrize("method", ["split", "cv+"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_conformal_sample_y_draws_each_rows_candidate_values(method, symmetric):
+    """``sample_y`` draws every row independently among its conformal predictive's candidate
+    values (finite: the unbounded tails' mass is left out), with equal frequencies."""
+    X, Y = _data(n=80, n_targets=2)
+    reg = ConformalRegressor(OverconfidentLine(), method=method, symmetric=symmetric,
+                             random_state=0).fit(X, Y)
+    dist = reg.predict_dist(X[:3])
+    S = 20000
+    draws = reg.sample_y(X[:3], n_samples=S)
+    assert draws.shape == (3, 2, S) and np.all(np.isfinite(draws))
+    assert reg.sample_y(X[:3, :], n_samples=1).shape == (3, 2, 1)
+    np.testing.assert_array_equal(reg.sample_y(X[:3], n_samples=S), draws)  # random_state=0
+    assert not np.array_equal(reg.sample_y(X[:3], n_samples=S, random_state=1), draws)
+    for i in range(3):
+        for j in range(2):
+            pts = dist.points[i, j]
+            assert np.all(np.isin(draws[i, j], pts))
+            # each candidate drawn with probability 1 / N: a chi-square test of the counts
+            counts = np.array([np.sum(draws[i, j] == v) for v in np.unique(pts)])
+            mult = np.array([np.sum(pts == v) for v in np.unique(pts)])
+            assert stats.chisquare(counts, S * mult / mult.sum()).pvalue > 1e-4
+    # one target: (n_samples_X, n_samples)
+    one = ConformalRegressor(OverconfidentLine(), random_state=0).fit(X, Y[:, 0])
+    assert one.sample_y(X[:3], n_samples=4).shape == (3, 4)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
+def test_conformal_sample_y_refuses_a_bad_n_samples(bad):
+    X, y = _data()
+    reg = ConformalRegressor(OverconfidentLine(), random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="n_samples"):
+        reg.sample_y(X[:2], n_samples=bad)
+
+
 def test_conformal_with_a_pipeline_inside_and_around_and_a_grid_search():
     X, y = _data(n=90)
     X = X * [1.0, 100.0]
