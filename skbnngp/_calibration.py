@@ -76,13 +76,17 @@ HEAVY_KURTOSIS = 20.0
 def trained_tail_df(residuals, weights=None):
     """The most degrees of freedom a held-out calibration may give (``max_df`` of
     :func:`fit_variance_calibration`): those of the t (free scale) fitted to ``residuals``,
-    the standardised residuals of the rows the model trained on (of any shape; an evenly
-    strided subset of at most ``T_MAX_FIT_ROWS``), when they are at most
-    :data:`TRAINED_TAIL_DF`, else ``inf``. Their bulk is narrower than a new row's, which the
-    free scale absorbs; their tail shape is the data's."""
+    the standardised residuals of the rows the model trained on (an evenly strided subset
+    of at most ``T_MAX_FIT_ROWS`` rows), when they are at most :data:`TRAINED_TAIL_DF`, else
+    ``inf``. Their bulk is narrower than a new row's, which the free scale absorbs; their
+    tail shape is the data's. Residuals of shape (n, C), C > 1, give one value per target
+    (an array of shape (C,)): a heavy-tailed target does not cap the others, as the
+    held-out calibration itself is fitted target by target."""
+    z = np.asarray(residuals, dtype=np.float64)
+    if z.ndim == 2 and z.shape[1] > 1:
+        return np.array([trained_tail_df(z[:, j], weights) for j in range(z.shape[1])])
     if TRAINED_TAIL_DF is None:
         return math.inf
-    z = np.asarray(residuals, dtype=np.float64)
     rows = z.shape[0] if z.ndim else 0
     if rows == 0:
         return math.inf

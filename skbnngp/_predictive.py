@@ -160,7 +160,8 @@ class RegressorPredictiveMixin:
 
         A multi-output ``z`` (n, C) is calibrated target by target: both attributes become
         arrays of shape (C,), so one heavy-tailed or near-noiseless target does not set the
-        tails of the others (``near_noiseless`` may then be a bool per target).
+        tails of the others (``near_noiseless`` may then be a bool per target, and the
+        ``max_df`` of ``options`` one cap per target).
         ``relative_targets``: for a model whose noise is shared by the targets and whose
         residuals are not trusted to narrow a target on their own (see
         :func:`relative_target_factors`). The factors each target's residuals ask for, with
@@ -169,14 +170,17 @@ class RegressorPredictiveMixin:
         """
         reference = self._model_mixing()
         z = np.asarray(z, dtype=np.float64)
+        max_df = np.asarray(options.pop("max_df", math.inf), dtype=np.float64)
         if method is not None and z.ndim == 2 and z.shape[1] > 1:
             flags = np.broadcast_to(np.asarray(near_noiseless, dtype=bool), (z.shape[1],))
+            caps = np.broadcast_to(max_df, (z.shape[1],))
 
             def fit(min_factor):
                 return [fit_variance_calibration(method, z[:, j], reference=reference,
                                                  near_noiseless=bool(flag),
-                                                 min_factor=min_factor, **options)
-                        for j, flag in enumerate(flags)]
+                                                 min_factor=min_factor, max_df=float(cap),
+                                                 **options)
+                        for j, (flag, cap) in enumerate(zip(flags, caps))]
             fits = fit(1.0)
             factors = np.array([factor for factor, _ in fits])
             own = np.array([factor for factor, _ in fit(0.0)])  # what each target asks for
@@ -188,7 +192,7 @@ class RegressorPredictiveMixin:
             return own
         self.calibration_factor_, self.predictive_df_ = fit_variance_calibration(
             method, z, reference=reference, near_noiseless=bool(np.all(near_noiseless)),
-            **options)
+            max_df=float(np.min(max_df)), **options)
 
     def _calibrate_from_loo(self, method, engine, state, params):
         """:meth:`_fit_calibration` on the closed-form leave-one-out residuals of a fitted

@@ -309,3 +309,26 @@ def test_the_gated_scale_test_narrows_only_for_heavy_tails():
     cauchy = 0.05 * stats.cauchy.rvs(size=400, random_state=rng)
     df, k = student_t_calibration(cauchy, max_test_df=2.0)
     assert df <= 2.0 and k < 0.1
+
+
+def test_svi_caps_each_targets_tails_by_its_own_trained_rows():
+    """A multi-output svi fit calibrates target by target; the trained rows' tail cap is
+    also one per target, so a Cauchy-noise target does not cap a Gaussian-noise one (it did,
+    pooled over the targets: degrees of freedom 2-3.4 for the Gaussian target)."""
+    from skbnngp import _calibration
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, size=(400, 2))
+    Y = np.column_stack([np.sin(X[:, 0]) + 0.1 * rng.standard_normal(400),
+                         np.cos(X[:, 1]) + 0.1 * rng.standard_cauchy(400)])
+    Z = np.column_stack([rng.standard_normal(2000), rng.standard_cauchy(2000)])
+    caps = _calibration.trained_tail_df(Z)
+    assert caps.shape == (2,) and caps[0] == np.inf and caps[1] <= 2.0
+    assert caps[1] == _calibration.trained_tail_df(Z[:, 1])  # each column on its own
+    for seed in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reg = DBKRegressor(inference="svi", device="cpu", random_state=seed).fit(X, Y)
+        assert reg.predictive_df_.shape == (2,)
+        assert reg.predictive_df_[0] > _calibration.TRAINED_TAIL_DF
+        assert reg.predictive_df_[1] <= _calibration.TRAINED_TAIL_DF
