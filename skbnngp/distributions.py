@@ -482,7 +482,8 @@ class OutOfFoldDistribution(_PartedDistribution):
     Returned by :func:`skbnngp.model_selection.cross_val_predict_dist` when the folds'
     predictives cannot be merged into one scipy object (different families, or a
     :class:`ScaleMixtureNormal` per fold): entry ``i`` is answered by the distribution of
-    the fold that held row ``i`` out.
+    the fold that held row ``i`` out. ``logpdf`` and ``pdf`` exist when every part has
+    them (not for :class:`ConformalPredictiveDistribution` parts, which have no density).
 
     Parameters
     ----------
@@ -513,14 +514,27 @@ class OutOfFoldDistribution(_PartedDistribution):
             out[rows] = fn() if arg is None else fn(arg[rows])
         return out
 
+    def __new__(cls, parts=(), rows=()):
+        # the subclass with a density when every part has one, as for the stacked and
+        # transformed predictives; without, a metric that needs logpdf refuses it by name
+        if cls is OutOfFoldDistribution and parts and all(
+                callable(getattr(p, "logpdf", None)) for p in parts):
+            cls = _OutOfFoldDensity
+        return super().__new__(cls)
+
+    def __repr__(self):
+        return f"OutOfFoldDistribution(shape={self._shape}, n_parts={len(self.parts)})"
+
+
+class _OutOfFoldDensity(OutOfFoldDistribution):
+    """An :class:`OutOfFoldDistribution` whose parts all have a density: adds ``logpdf``
+    and ``pdf``."""
+
     def logpdf(self, y):
         return self._each("logpdf", y)
 
     def pdf(self, y):
         return self._each("pdf", y)
-
-    def __repr__(self):
-        return f"OutOfFoldDistribution(shape={self._shape}, n_parts={len(self.parts)})"
 
 
 class TransformedDistribution:

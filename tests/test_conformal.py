@@ -606,6 +606,27 @@ def test_out_of_fold_distribution_answers_each_row_with_its_part():
         OutOfFoldDistribution(parts, [np.array([0, 1]), np.array([1, 2, 4])])
 
 
+def test_out_of_fold_conformal_predictives_have_no_density_and_nlpd_says_so():
+    """Folds of conformal predictives (no density) give an out-of-fold predictive without
+    ``logpdf``, so ``nlpd`` refuses it by name (it raised an AttributeError from a fold's
+    part) while the CRPS and interval metrics score it; density parts keep ``logpdf``."""
+    from skbnngp.metrics import crps, nlpd
+
+    X, y = _data(n=90)
+    d = cross_val_predict_dist(ConformalRegressor(Ridge(), random_state=0), X, y, cv=3)
+    assert isinstance(d, OutOfFoldDistribution) and not hasattr(d, "logpdf")
+    with pytest.raises(ValueError, match="logpdf"):  # sklearn's InvalidParameterError
+        nlpd(y, d)
+    assert np.isfinite(crps(y, d)) and 0 <= interval_coverage(y, d, 0.9) <= 1
+    dense = OutOfFoldDistribution([stats.norm(np.zeros(2), 1.0), stats.t(3, np.zeros(1))],
+                                  [np.array([0, 2]), np.array([1])])
+    assert isinstance(dense, OutOfFoldDistribution)
+    np.testing.assert_allclose(dense.logpdf(np.zeros(3)),
+                               [stats.norm.logpdf(0), stats.t.logpdf(0, 3), stats.norm.logpdf(0)])
+    back = pickle.loads(pickle.dumps(dense))
+    np.testing.assert_array_equal(back.logpdf(np.zeros(3)), dense.logpdf(np.zeros(3)))
+
+
 def test_the_crps_of_a_conformal_predictive_scores_its_candidate_values():
     """``crps`` of a conformal predictive is the CRPS of its candidate values
     (``E|X - y| - E|X - X'| / 2``, their weights as repeats): equal to the O(N^2) double
