@@ -455,6 +455,16 @@ class _PartedDistribution:
     def _each(self, method, arg=None):
         raise NotImplementedError
 
+    def _part_method(self, part, method):
+        """``part``'s ``method``, or an AttributeError that names the whole and the part
+        (a part may lack one: a transformed predictive has no ``mean`` or ``std``)."""
+        fn = getattr(part, method, None)
+        if not callable(fn):
+            name = next(c.__name__ for c in type(self).__mro__ if not c.__name__.startswith("_"))
+            raise AttributeError(f"{name} has no {method}: its part {type(part).__name__} has "
+                                 "none.")
+        return fn
+
     def cdf(self, y):
         return self._each("cdf", y)
 
@@ -510,7 +520,7 @@ class OutOfFoldDistribution(_PartedDistribution):
         if arg is not None:
             arg = np.broadcast_to(np.asarray(arg, dtype=float), self._shape)
         for part, rows in zip(self.parts, self.rows):
-            fn = getattr(part, method)
+            fn = self._part_method(part, method)
             out[rows] = fn() if arg is None else fn(arg[rows])
         return out
 
@@ -678,11 +688,11 @@ class StackedDistribution(_PartedDistribution):
 
     def _each(self, method, arg=None):
         if arg is None:
-            outs = [getattr(p, method)() for p in self.parts]
+            outs = [self._part_method(p, method)() for p in self.parts]
         else:
             arg = np.asarray(arg, dtype=float)
             arg = np.broadcast_to(arg, np.broadcast_shapes(arg.shape, self._shape))
-            outs = [getattr(p, method)(arg[..., j]) for j, p in enumerate(self.parts)]
+            outs = [self._part_method(p, method)(arg[..., j]) for j, p in enumerate(self.parts)]
         return np.stack([np.asarray(o, dtype=float) for o in outs], axis=-1)
 
     def interval(self, confidence):

@@ -623,6 +623,15 @@ def test_out_of_fold_conformal_predictives_have_no_density_and_nlpd_says_so():
     assert isinstance(dense, OutOfFoldDistribution)
     np.testing.assert_allclose(dense.logpdf(np.zeros(3)),
                                [stats.norm.logpdf(0), stats.t.logpdf(0, 3), stats.norm.logpdf(0)])
+    # a part without a method (a transformed predictive has no mean): an error naming both
+    from skbnngp.distributions import _transformed
+
+    logged = OutOfFoldDistribution([_transformed(stats.norm(np.zeros(2), 1.0), np.log,
+                                                  np.exp)], [np.array([0, 1])])
+    np.testing.assert_allclose(logged.median(), [1.0, 1.0])
+    with pytest.raises(AttributeError, match="OutOfFoldDistribution has no mean: its part "
+                                             "TransformedDensity"):
+        logged.mean()
     back = pickle.loads(pickle.dumps(dense))
     np.testing.assert_array_equal(back.logpdf(np.zeros(3)), dense.logpdf(np.zeros(3)))
 
