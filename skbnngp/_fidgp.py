@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import numbers
+import warnings
 
 import numpy as np
 import torch
@@ -167,7 +168,8 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         their NLL; the probabilities then average ``softmax(logits / T)`` over the draws
         (each draw's class does not depend on ``T``); ``refit`` says what happens to the
         held-out rows. ``"auto"``: ``"temperature"`` when every class has at least
-        ``1 / validation_fraction`` rows, else None (``calibration_`` says which ran).
+        ``1 / validation_fraction`` rows, else None with a warning (``calibration_`` says
+        which ran).
         None: ``T = 1``, every row trained on, as in the paper. ``"auto"`` by default: the
         annealed ELBO leaves the network too soft on small sets (User Guide).
     validation_fraction : float in (0, 1), default=0.1
@@ -480,11 +482,23 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
     def _calibration_for(self, y_idx, n_classes):
         """The calibration this fit runs: ``"auto"`` is ``"temperature"`` when every class
         has at least ``1 / validation_fraction`` rows (the held-out split then takes at most
-        about that fraction of each class), else None."""
+        about that fraction of each class), else None, with a warning: the probabilities
+        are then the network's own."""
         if self.calibration != "auto":
             return self.calibration
-        smallest = int(np.bincount(y_idx, minlength=n_classes).min())
-        return "temperature" if smallest * self.validation_fraction >= 1 else None
+        counts = np.bincount(y_idx, minlength=n_classes)
+        smallest = int(counts.min())
+        if smallest * self.validation_fraction >= 1:
+            return "temperature"
+        label = plain(self.classes_[int(np.argmin(counts))])
+        warnings.warn(
+            f"{type(self).__name__}: calibration='auto' fitted no temperature: class "
+            f"{label!r} has {smallest} row(s), fewer than 1 / validation_fraction = "
+            f"{1 / self.validation_fraction:.3g}, so the probabilities are the network's own "
+            "and can be over- or under-confident. calibration='temperature' holds out at "
+            "least one row of every class (it needs 2 of each); calibration=None silences "
+            "this.", UserWarning, stacklevel=5)
+        return None
 
     def _finetune_network(self, net, X, y_idx, rng, seeds, weights=None):
         """``refit="warm"``: continue training ``net`` (trained on the rows the calibration

@@ -2,6 +2,7 @@
 held-out split, ``refit`` and ``calibration="auto"``."""
 
 import pickle
+import warnings
 from unittest.mock import patch
 
 import numpy as np
@@ -319,8 +320,11 @@ def test_auto_calibrates_when_every_class_has_enough_rows():
     # a class of 9 rows: 1 / validation_fraction = 10 not reached -> no calibration, every
     # row trained on, T = 1 (where an explicit "temperature" would hold out rows)
     keep = np.r_[0:50, 50:100, 100:109]
-    small = FiDGPClassifier(**SMALL).fit(X[keep], y[keep])
-    plain = FiDGPClassifier(calibration=None, **SMALL).fit(X[keep], y[keep])
+    with pytest.warns(UserWarning, match=r"fitted no temperature: class 2 has 9 row\(s\)"):
+        small = FiDGPClassifier(**SMALL).fit(X[keep], y[keep])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # None asked for: no word about it
+        plain = FiDGPClassifier(calibration=None, **SMALL).fit(X[keep], y[keep])
     assert small.calibration_ is None and small.temperature_ == 1.0
     assert small.validation_nll_ is None
     np.testing.assert_allclose(small._X_offset, X[keep].mean(axis=0), rtol=1e-12)
@@ -331,7 +335,8 @@ def test_auto_calibrates_when_every_class_has_enough_rows():
     assert FiDGPClassifier(**SMALL).fit(X[keep10], y[keep10]).calibration_ == "temperature"
     # and a class of one row is fitted (no validation split is attempted)
     one = np.r_[0:100, 100:101]
-    assert FiDGPClassifier(**SMALL).fit(X[one], y[one]).calibration_ is None
+    with pytest.warns(UserWarning, match="class 2 has 1 row"):
+        assert FiDGPClassifier(**SMALL).fit(X[one], y[one]).calibration_ is None
 
 
 def test_the_validation_split_keeps_repeats_whole_and_splits_design_points():
