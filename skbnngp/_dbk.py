@@ -681,9 +681,15 @@ class DBKRegressor(RegressorPredictiveMixin, TorchEstimatorMixin, RegressorMixin
                     tail = trained_tail_df(
                         to_numpy((Ytr[sub] - m_tr) / v_tr.sqrt().unsqueeze(1)),
                         None if wtr is None else to_numpy(wtr)[sub])
+                    wv = None if wva is None else to_numpy(wva)
+                    share = weighted_median(np.minimum(to_float(s2) / to_numpy(var), 1.0), wv)
                     self._fit_calibration(
                         method, to_numpy((Yva - mean) / var.sqrt().unsqueeze(1)), max_df=tail,
-                        **({} if wva is None else {"weights": to_numpy(wva)}))
+                        near_noiseless=near_noiseless(
+                            to_numpy(Yva - mean), to_numpy(Ytr), share, weights=wv,
+                            target_weights=None if wtr is None else to_numpy(wtr),
+                            tail_check=True),
+                        **({} if wv is None else {"weights": wv}))
                     self.calibration_ = method
                 elif method is not None:
                     warnings.warn(

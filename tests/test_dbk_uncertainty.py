@@ -332,3 +332,21 @@ def test_svi_caps_each_targets_tails_by_its_own_trained_rows():
         assert reg.predictive_df_.shape == (2,)
         assert reg.predictive_df_[0] > _calibration.TRAINED_TAIL_DF
         assert reg.predictive_df_[1] <= _calibration.TRAINED_TAIL_DF
+
+
+def test_svi_keeps_the_near_noiseless_floor_on_the_degrees_of_freedom():
+    """svi's calibration reads the near-noiseless guard as exact inference and Rich-BLL do:
+    on a noiseless target the held-out residuals are heavy-tailed around almost nothing,
+    and without the floor (``MIN_DF_LOW_NOISE``) one seed of three gave a t of 1.8 degrees
+    of freedom (no variance)."""
+    from skbnngp import _calibration
+
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        X = rng.uniform(-3, 3, size=(60, 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reg = DBKRegressor(inference="svi", device="cpu", random_state=seed).fit(
+                X, np.sin(X[:, 0]))
+        assert reg.predictive_df_ >= _calibration.MIN_DF_LOW_NOISE
+        assert np.all(np.isfinite(reg.predict(X[:5], return_std=True)[1]))
