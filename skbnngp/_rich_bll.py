@@ -225,7 +225,9 @@ default="auto"
           fall below 1, down to the fitted scale's square. Where the residuals of the rows
           the network trained on fit a t of at most 4 degrees of freedom, the t keeps tails
           at least that heavy, because a few dozen validation rows can miss every outlier of
-          a heavy-tailed target.
+          a heavy-tailed target, and its degrees of freedom and scale are those whose central
+          intervals match the validation rows' at the levels 0.05...0.95 (the likelihood and
+          the 95 % factor leave such a peaked bulk too wide).
         - ``"auto"``: ``"student_t"`` when the fit holds rows out (``train_network=True``
           and ``early_stopping=True``), otherwise None.
         - None: the paper's Gaussian predictive.

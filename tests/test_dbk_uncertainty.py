@@ -313,8 +313,8 @@ def test_the_gated_scale_test_narrows_only_for_heavy_tails():
 
 def test_svi_caps_each_targets_tails_by_its_own_trained_rows():
     """A multi-output svi fit calibrates target by target; the trained rows' tail cap is
-    also one per target, so a Cauchy-noise target does not cap a Gaussian-noise one (it did,
-    pooled over the targets: degrees of freedom 2-3.4 for the Gaussian target)."""
+    also one per target, so a Cauchy-noise target does not cap a Gaussian-noise one (pooled
+    over the targets, it did; doc/whats_new.rst)."""
     from skbnngp import _calibration
 
     rng = np.random.default_rng(0)
@@ -337,8 +337,8 @@ def test_svi_caps_each_targets_tails_by_its_own_trained_rows():
 def test_svi_keeps_the_near_noiseless_floor_on_the_degrees_of_freedom():
     """svi's calibration reads the near-noiseless guard as exact inference and Rich-BLL do:
     on a noiseless target the held-out residuals are heavy-tailed around almost nothing,
-    and without the floor (``MIN_DF_LOW_NOISE``) one seed of three gave a t of 1.8 degrees
-    of freedom (no variance)."""
+    and without the floor (``MIN_DF_LOW_NOISE``) the calibration could choose a t without
+    variance (doc/whats_new.rst)."""
     from skbnngp import _calibration
 
     for seed in range(3):

@@ -358,7 +358,7 @@ def test_student_t_gaussian_residuals_keep_a_gaussian(monkeypatch):
     # normal, with the factor of "gaussian"
     monkeypatch.setattr("skbnngp._backend._calibration.fit_t_df",
                         lambda z, max_df=np.inf, min_df=1.0, weights=None: np.inf)
-    gaussian_t = lambda z, max_df=np.inf, min_df=1.0, weights=None: (np.inf, 1.0)  # noqa: E731
+    gaussian_t = lambda z, max_df=np.inf, min_df=1.0, weights=None: (np.inf, 1.0)
     monkeypatch.setattr("skbnngp._backend._calibration.fit_t", gaussian_t)
     monkeypatch.setattr("skbnngp._calibration.fit_t", gaussian_t)  # the trained rows' tails
     X, y = _heteroscedastic()

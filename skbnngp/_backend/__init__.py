@@ -11,54 +11,54 @@ than writing a second one.
 """
 
 from ._blr import (
-                   BLREvidence,
-                   BLRPosterior,
-                   DiagNoiseEvidence,
-                   blr_fit_scales,
-                   blr_log_evidence,
-                   blr_log_evidence_diag,
-                   blr_posterior,
-                   blr_stats,
+    BLREvidence,
+    BLRPosterior,
+    DiagNoiseEvidence,
+    blr_fit_scales,
+    blr_log_evidence,
+    blr_log_evidence_diag,
+    blr_posterior,
+    blr_stats,
 )
 from ._calibration import (
-                   fit_t,
-                   fit_t_df,
-                   loo_variance_factor,
-                   student_t_calibration,
-                   t_loglik,
-                   weighted_median,
+    fit_t,
+    fit_t_df,
+    loo_variance_factor,
+    student_t_calibration,
+    t_loglik,
+    weighted_median,
 )
 from ._chunks import (
-                   DEFAULT_BLOCK_ELEMENTS,
-                   MemoryBudgetError,
-                   auto_batch_size,
-                   available_bytes,
-                   block_elements,
-                   check_dense_fits,
-                   chunked_apply,
-                   iter_slices,
+    DEFAULT_BLOCK_ELEMENTS,
+    MemoryBudgetError,
+    auto_batch_size,
+    available_bytes,
+    block_elements,
+    check_dense_fits,
+    chunked_apply,
+    iter_slices,
 )
 from ._device import as_tensor, resolve_device, resolve_dtype, to_device_state, to_float, to_numpy
 from ._gp import ExactGP, NystromGP, gp_predict, leave_group_out, leave_one_copy_out
 from ._linalg import (
-                   JITTER_LADDER,
-                   LowRankPlusDiag,
-                   cho_inverse,
-                   cho_logdet,
-                   cho_solve,
-                   solve_lower,
-                   stable_cholesky,
-                   woodbury_solve,
+    JITTER_LADDER,
+    LowRankPlusDiag,
+    cho_inverse,
+    cho_logdet,
+    cho_solve,
+    solve_lower,
+    stable_cholesky,
+    woodbury_solve,
 )
 from ._optim import OptimResult, minimize
 from ._random import make_generator
 from ._train import (
-                   ACTIVATIONS,
-                   NetworkTrainer,
-                   TrainingDivergedError,
-                   TrainResult,
-                   build_mlp,
-                   last_linear,
+    ACTIVATIONS,
+    NetworkTrainer,
+    TrainingDivergedError,
+    TrainResult,
+    build_mlp,
+    last_linear,
 )
 
 __all__ = [
