@@ -34,6 +34,7 @@ from ._blr import (
 )
 from ._chunks import chunked_apply, iter_slices
 from ._device import to_float
+from ._eager_optim import make_optimizer
 from ._gp import leave_one_copy_out
 from ._linalg import stable_cholesky
 
@@ -577,8 +578,9 @@ def fit_noise(X, Phi, Y, c, noise, weights=None, *, heteroscedastic=True, prior_
         return weighted_log_evidence_diag(torch.sqrt(a) * Phi, Y, d, weights)
 
     n = float(Y.shape[0] if weights is None else weights.sum())
-    opt = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-7, tolerance_change=1e-10)
+    opt = make_optimizer(torch.optim.LBFGS, params, lr=1.0, max_iter=max_iter,
+                         line_search_fn="strong_wolfe", tolerance_grad=1e-7,
+                         tolerance_change=1e-10)
 
     def closure():
         opt.zero_grad()

@@ -468,7 +468,9 @@ class NystromGP(ExactGP):
             with torch.no_grad():
                 dV = torch.addmm(Gs @ V, gv, self.Y[sl].T) * self._w(sl)
             (V * dV).sum().backward()
-        torch.autograd.backward(self.anchor_chol(self.unpack(rl)), Ll.grad)
+        # <chol, dchol> summed, not backward(chol, dchol): the same products, and an explicit
+        # output gradient makes torch import SymPy on its first use (a large share of a fit)
+        (self.anchor_chol(self.unpack(rl)) * Ll.grad).sum().backward()
         return nll.detach(), rl.grad + graw
 
 

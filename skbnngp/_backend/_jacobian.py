@@ -6,9 +6,10 @@ For a network whose last ``nn.Linear`` (the *head*) produces a scalar output ``f
   features ``phi_r(x) = (a(x), 1)`` (the head's input, plus 1 for its bias), read by a
   forward hook;
 * :func:`body_jacobians` yields, chunk by chunk, the per-sample gradients of ``f`` with
-  respect to every other trainable parameter (``phi_m(x)``), computed with ``torch.func``
-  (``vmap`` over ``grad`` of a ``functional_call``), so memory never grows as
-  n x (number of parameters);
+  respect to every other trainable parameter (``phi_m(x)``), written by hand for a plain
+  MLP (:func:`~._mlp_grad.per_sample_body_gradients`) and computed with ``torch.func``
+  (``vmap`` over ``grad`` of a ``functional_call``) for any other network, so memory never
+  grows as n x (number of parameters);
 * :class:`GaussianSketch` multiplies such gradients by a seeded Gaussian matrix
   ``P`` (m x q, entries N(0, 1/q)) that is regenerated block by block and never stored.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call, grad, vmap
 
+from ._mlp_grad import per_sample_body_gradients
 from ._train import last_linear
 
 
@@ -64,6 +66,11 @@ def head_features(module, head, X, chunk):
 def body_jacobians(module, body_names, X, chunk):
     """Yield ``(start, J)`` with ``J`` (rows, m): per-sample gradients of the scalar output
     with respect to the parameters ``body_names`` (flattened in that order)."""
+    by_hand = per_sample_body_gradients(module, body_names)
+    if by_hand is not None:  # a plain MLP: the same gradients without torch.func
+        for start in range(0, X.shape[0], chunk):
+            yield start, by_hand(X[start:start + chunk])
+        return
     params = dict(module.named_parameters())
     buffers = dict(module.named_buffers())
     body = {k: params[k].detach() for k in body_names}

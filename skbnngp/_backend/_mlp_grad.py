@@ -126,3 +126,46 @@ class MLPSquaredError:
                 if i > 0:  # through the weight, then the activation whose output is inputs
                     grad = layers[i - 1][1](grad.mm(weight), inputs)
         return loss
+
+
+def per_sample_body_gradients(net, names):
+    """A function ``X -> J`` (rows, m) of the per-sample gradients of a plain MLP's scalar
+    output with respect to its parameters ``names`` (flattened in that order), written by
+    hand: what :func:`torch.func.vmap` over :func:`torch.func.grad` gives, row by row the
+    same products (the output layer's weights, then each activation's derivative times the
+    layer above, each weight's gradient the outer product of its layer's output gradient and
+    input). None when ``net`` is not a network :class:`MLPSquaredError` covers with one
+    output, or ``names`` are not every parameter of its layers but the last.
+
+    :func:`torch.func.grad` imports torch's compiler on its first call in a process (about a
+    second), more than a small network's whole Bayesian last layer costs."""
+    layers = _layer_plan(net)
+    if layers is None or layers[-1][0].shape[0] != 1:
+        return None
+    named = dict(net.named_parameters())
+    hidden = [p for i in range(0, len(layers) - 1, 2) for p in layers[i] if p is not None]
+    if {id(named.get(k)) for k in names} != {id(p) for p in hidden} or len(names) != len(hidden):
+        return None
+    order = [id(named[k]) for k in names]
+
+    def jacobian(X):
+        with torch.no_grad():
+            h, outputs = X, [X]
+            for i in range(0, len(layers) - 1, 2):
+                h = layers[i + 1][0](torch.nn.functional.linear(h, *layers[i]))
+                outputs.append(h)
+            # d f / d (last hidden output): the output layer's weights, for every row
+            grad = layers[-1][0].expand(X.shape[0], -1)
+            blocks = {}
+            for i in range(len(layers) - 3, -1, -2):
+                weight, bias = layers[i]
+                grad = layers[i + 1][1](grad, outputs[i // 2 + 1])  # through the activation
+                inputs = outputs[i // 2]
+                blocks[id(weight)] = (grad.unsqueeze(2) * inputs.unsqueeze(1)).reshape(
+                    X.shape[0], -1)
+                if bias is not None:
+                    blocks[id(bias)] = grad
+                if i > 0:
+                    grad = grad.mm(weight)
+            return torch.cat([blocks[k] for k in order], dim=1)
+    return jacobian

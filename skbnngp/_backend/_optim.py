@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._device import to_float
+from ._eager_optim import make_optimizer
 
 _EDGE = 1e-6  # how far inside its bounds a starting point is moved
 #: ``verbose=1`` prints the first and every this many evaluations, and why the optimisation
@@ -117,9 +118,9 @@ def minimize(fun, x0, *, bounds=None, method="lbfgs", max_iter=100, tol=1e-6,
         return lf, gz
 
     if method == "lbfgs":
-        opt = torch.optim.LBFGS([z], lr=1.0, max_iter=max_iter, max_eval=int(max_iter * 1.5) + 5,
-                                tolerance_grad=1e-7, tolerance_change=tol, history_size=20,
-                                line_search_fn="strong_wolfe")
+        opt = make_optimizer(torch.optim.LBFGS, [z], lr=1.0, max_iter=max_iter,
+                             max_eval=int(max_iter * 1.5) + 5, tolerance_grad=1e-7,
+                             tolerance_change=tol, history_size=20, line_search_fn="strong_wolfe")
 
         def closure():
             lf, gz = evaluate(z)
@@ -134,7 +135,7 @@ def minimize(fun, x0, *, bounds=None, method="lbfgs", max_iter=100, tol=1e-6,
         message = (f"converged after {n_fev} evaluations" if converged else
                    f"stopped after {n_iter} iterations ({n_fev} evaluations) without meeting tol")
     elif method == "adam":
-        opt = torch.optim.Adam([z], lr=learning_rate)
+        opt = make_optimizer(torch.optim.Adam, [z], lr=learning_rate)
         no_change, prev, n_iter, converged = 0, math.inf, 0, False
         for n_iter in range(1, max_iter + 1):
             lf, gz = evaluate(z)

@@ -37,6 +37,7 @@ import torch
 
 from ..exceptions import NumericalError
 from ._device import to_numpy
+from ._eager_optim import make_optimizer
 from ._flat import AdamStep, FlatParameters, clip_grad_norm_
 
 #: ``verbose=1`` prints a progress line about every this many epochs (rounded up to the
@@ -94,6 +95,19 @@ def _init_linear_(module: torch.nn.Module, seed: int, dtype, device):
                     p.copy_(vals.to(device=device, dtype=dtype))
 
 
+def _materialise(module, device, dtype):
+    """Give the parameters of ``module`` (built on the meta device) uninitialised memory of
+    ``dtype`` on ``device``, as ``module.to_empty(device=device).to(dtype)`` does; returns
+    ``module``. ``to_empty`` copies a meta tensor's layout through torch's Python reference
+    implementations, whose first use imports SymPy (a large share of a small fit's time)."""
+    for m in module.modules():
+        for name, p in list(m.named_parameters(recurse=False)):
+            setattr(m, name, torch.nn.Parameter(torch.empty(p.shape, device=device,
+                                                            dtype=dtype),
+                                                requires_grad=p.requires_grad))
+    return module
+
+
 def build_mlp(n_in: int, hidden_layer_sizes, n_out: int, *, activation="tanh",
               architecture="mlp", seed=0, device="cpu", dtype=torch.float64,
               output_bias=True) -> torch.nn.Sequential:
@@ -138,7 +152,7 @@ def build_mlp(n_in: int, hidden_layer_sizes, n_out: int, *, activation="tanh",
             layers += [torch.nn.Linear(width, h, device="meta"), ACTIVATIONS[activation]()]
             width = h
     layers.append(torch.nn.Linear(width, n_out, bias=output_bias, device="meta"))
-    net = torch.nn.Sequential(*layers).to_empty(device=device).to(dtype)
+    net = _materialise(torch.nn.Sequential(*layers), device, dtype)
     _init_linear_(net, seed, dtype, device)
     # what rebuilds it (estimators persist this plan and the weights, not the module)
     net.mlp_plan = dict(n_in=int(n_in), hidden_layer_sizes=tuple(hidden), n_out=int(n_out),
@@ -308,9 +322,9 @@ class NetworkTrainer:
                 g["lr"] = torch.tensor(g["lr"], dtype=dtype, device=self.device)
             kw = {"capturable": True, "foreach": True}
         if optimizer == "adam":
-            self.optimizer = torch.optim.Adam(groups, lr=learning_rate, **kw)
+            self.optimizer = make_optimizer(torch.optim.Adam, groups, lr=learning_rate, **kw)
         elif optimizer == "adamw":
-            self.optimizer = torch.optim.AdamW(groups, lr=learning_rate, **kw)
+            self.optimizer = make_optimizer(torch.optim.AdamW, groups, lr=learning_rate, **kw)
         else:
             raise ValueError(f"optimizer must be 'adam' or 'adamw', got {optimizer!r}.")
         # the flat buffers' update without the per-call overhead of ``step`` (same numbers)

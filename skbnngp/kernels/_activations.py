@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 
@@ -153,7 +154,8 @@ class _ClosedFormMoments(torch.autograd.Function):
     @staticmethod
     def forward(k11, k22, k12, kind):
         f, fdot = _VALUES[kind](k11, k22, k12)
-        shape = torch.broadcast_shapes(k11.shape, k22.shape, k12.shape)
+        # NumPy's rule (torch's imports SymPy on its first call: a large share of a small fit)
+        shape = np.broadcast_shapes(k11.shape, k22.shape, k12.shape)
         return f.expand(shape).contiguous(), fdot.expand(shape).contiguous()
 
     @staticmethod
@@ -191,7 +193,8 @@ class _ClosedFormMoments(torch.autograd.Function):
     def jvp(ctx, t11, t22, t12, _t_kind):
         k11, k22, k12 = ctx.saved_tensors
         fdot, a11, a22, b12, b11, b22 = _PARTIALS[ctx.kind](k11, k22, k12)
-        shape = torch.broadcast_shapes(k11.shape, k22.shape, k12.shape)
+        # NumPy's rule (torch's imports SymPy on its first call: a large share of a small fit)
+        shape = np.broadcast_shapes(k11.shape, k22.shape, k12.shape)
         d_f = torch.zeros(shape, dtype=k12.dtype, device=k12.device)
         d_fdot = torch.zeros(shape, dtype=k12.dtype, device=k12.device)
         for t, a, b in ((t12, fdot, b12), (t11, a11, b11), (t22, a22, b22)):
@@ -689,7 +692,8 @@ class QuadratureActivation(Activation):
     def _expect2(self, fn, k11, k22, k12):
         self._check()
         z, w = gauss_hermite(self.n_quadrature, k12.dtype, k12.device)
-        shape = torch.broadcast_shapes(k11.shape, k22.shape, k12.shape)
+        # NumPy's rule (torch's imports SymPy on its first call: a large share of a small fit)
+        shape = np.broadcast_shapes(k11.shape, k22.shape, k12.shape)
         # The Cholesky rule is not symmetric in (k11, k22); averaging both orders makes the
         # kernel exactly symmetric (and aligns the kink of either coordinate once).
         return 0.5 * (_cholesky_rule(fn, k11, k22, k12, z, w, shape)

@@ -170,7 +170,9 @@ class NNGPKernel(Kernel):
                 p.requires_grad_(True)
             K = self._evaluate(Xt, None, w, b, fused=False)
             U = torch.zeros_like(K, requires_grad=True)
-            g = torch.autograd.grad(K, free, grad_outputs=U, create_graph=True)
+            # <U, K> summed, not grad_outputs=U: the same products, and an explicit output
+            # gradient makes torch import SymPy on its first use (a large share of a fit)
+            g = torch.autograd.grad((K * U).sum(), free, create_graph=True)
             grads = []
             for g_p, p in zip(g, free):
                 (dK,) = torch.autograd.grad(g_p, U, retain_graph=True, allow_unused=True)

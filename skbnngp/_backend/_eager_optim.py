@@ -1,0 +1,51 @@
+"""torch's optimisers without the import of torch's compiler on their first call.
+
+torch marks a few optimiser methods for its compiler: ``add_param_group`` (which every
+optimiser's constructor calls), ``zero_grad`` and the state dicts are wrapped so that their
+first call imports ``torch._dynamo``, and Adam's ``step`` inserts compiler graph breaks,
+which import it too. That import (SymPy with it) takes about a second on a CPU, once per
+process: more than a whole default fit of a few hundred rows, and paid again by every worker
+of a parallel grid search. Nothing in this package runs under ``torch.compile``, so
+:func:`make_optimizer` builds an optimiser whose marked methods call their own bodies: the
+same updates on the same state, without the import.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+
+#: Methods of :class:`torch.optim.Optimizer` that torch wraps for its compiler.
+_MARKED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
+
+
+def _body(method):
+    """The function a wrapped method wraps (the method itself when it wraps nothing)."""
+    return inspect.unwrap(method)
+
+
+@functools.cache
+def eager_class(cls):
+    """A subclass of the optimiser class ``cls`` whose compiler-marked methods call their
+    bodies. For Adam and AdamW, ``step`` runs its body with gradients off (what torch's
+    wrapper sets for a non-differentiable optimiser) and without the graph breaks; other
+    optimisers keep their ``step`` (L-BFGS's only turns gradients off)."""
+    namespace = {name: _body(getattr(cls, name)) for name in _MARKED}
+    if issubclass(cls, torch.optim.Adam):
+        body = _body(cls.step)
+
+        def step(self, closure=None):
+            with torch.set_grad_enabled(bool(self.defaults.get("differentiable", False))):
+                return body(self, closure)
+
+        step.__doc__ = cls.step.__doc__
+        namespace["step"] = step
+    namespace["__doc__"] = cls.__doc__
+    return type(cls.__name__, (cls,), namespace)
+
+
+def make_optimizer(cls, params, **options):
+    """``cls(params, **options)``, an instance of :func:`eager_class` ``(cls)``."""
+    return eager_class(cls)(params, **options)
