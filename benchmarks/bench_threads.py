@@ -181,9 +181,8 @@ def markdown(result):
                       ("Each search runs twice; the ratio is the second's, when every "
                        "process (the main one and both workers) has met the estimator "
                        "once, as joblib keeps its workers between searches. The first "
-                       "search also pays each process's one-time imports on first use: "
-                       "the estimator's module and torch's compiler module, which "
-                       "`torch.optim` loads when it builds its first optimiser.")]
+                       "search also pays each process's one-time loading on first use "
+                       "(the estimator's module and what it imports).")]
     return "\n".join(lines) + "\n"
 
 
