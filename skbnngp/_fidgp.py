@@ -21,6 +21,7 @@ from ._backend._fid_network import (
     build_network,
     check_network_state,
     draw_logits,
+    draw_weights,
     entropy_split,
     kl_factor,
     lambdas,
@@ -82,6 +83,10 @@ OOD_METHOD, OOD_ENERGY, OOD_MAX_FIT_ROWS = "principal", 0.99, 5000
 WARM_REFIT_FRAC = 0.1
 #: Most probabilities :meth:`FiDGPClassifier.sample_proba` returns at once (2 GiB).
 MAX_SAMPLE_ELEMENTS = 2**28
+#: The predictive's weight draws (``n_predict_samples`` of them) are made once at ``fit`` and
+#: kept when they hold at most this many numbers (32 MiB in float64); a prediction then costs
+#: its forward passes only (drawing them through the flows took about 13 ms on digits).
+KEEP_DRAW_ELEMENTS = 2**22
 
 
 def _warm_epochs(max_iter):
@@ -426,6 +431,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         seeds = rng.randint(np.iinfo(np.int32).max, size=4)
         temperature, val_nll = 1.0, None
         self._graph_report = []
+        self._predict_draws = None  # a refit's temperature stage must not read the last fit's
         calibration = self._calibration_for(y_idx, len(classes))
         if calibration == "temperature":
             train, val, w_train, w_val = self._validation_split(y_idx, len(classes),
@@ -451,7 +457,24 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         self.calibration_ = calibration
         self.temperature_, self.validation_nll_ = temperature, val_nll
         self._fit_ood(net, Xt, rng, int(seeds[3]))
+        self._predict_draws = self._keep_draws()
         return self
+
+    def _keep_draws(self):
+        """The predictive's weight draws (``n_predict_samples`` of ``_predict_seed``) to keep,
+        or None when they would hold more than :data:`KEEP_DRAW_ELEMENTS` numbers."""
+        draws = draw_weights(self.model_, self.n_predict_samples, self._predict_seed,
+                             self.model_plan_["sampling"])
+        size = sum(W.numel() for draw in draws for W in draw)
+        return draws if size <= KEEP_DRAW_ELEMENTS else None
+
+    def _draws(self, n_samples, seed):
+        """``n_samples`` weight draws of the fitted network seeded by ``seed``: those kept at
+        fit when they are the ones asked for."""
+        kept = self.__dict__.get("_predict_draws")
+        if kept is not None and seed == self._predict_seed and len(kept) == n_samples:
+            return kept
+        return draw_weights(self.model_, n_samples, seed, self.model_plan_["sampling"])
 
     def _fit_network(self, X, y_idx, n_classes, rng, seeds, device, dtype, stage="",
                      weights=None):
@@ -684,7 +707,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
 
     def _draw_logits(self, Xt, n_samples, seed):
         """Logits under ``n_samples`` weight draws of scaled inputs ``Xt``: (S, n, K)."""
-        return draw_logits(self.model_, Xt, n_samples, seed, self.model_plan_["sampling"])
+        return draw_logits(self.model_, Xt, self._draws(n_samples, seed))
 
     def _draw_probs(self, X, n_samples, seed):
         """Softmax probabilities (at ``temperature_``) under ``n_samples`` weight draws:
@@ -741,8 +764,9 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
         """
         check_is_fitted(self)
         check_predict_params(self, "n_predict_samples")
-        probs = mean_probs(self.model_, self._input(X), self.n_predict_samples,
-                           self._predict_seed, self.model_plan_["sampling"], self.temperature_)
+        probs = mean_probs(self.model_, self._input(X),
+                           self._draws(self.n_predict_samples, self._predict_seed),
+                           self.temperature_)
         if probs is None:
             raise ValueError(f"{type(self).__name__}: the predicted probabilities at X are not "
                              "finite (X may lie far outside the training range); rescale X.")
@@ -801,6 +825,7 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
     # ================================================================== persistence
     def __getstate__(self):
         state = super().__getstate__()
+        state.pop("_predict_draws", None)  # drawn again on loading
         if "model_" in state:
             state["model_"] = network_state(state["model_"])
             state["_ood"] = {k: [to_numpy(t).copy() for t in v]
@@ -819,3 +844,4 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
                                              dtype).eval()
             self._ood = {k: [torch.as_tensor(a, device=device, dtype=dtype) for a in v]
                          for k, v in self._ood.items()}
+            self._predict_draws = self._keep_draws()

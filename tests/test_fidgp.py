@@ -284,6 +284,38 @@ def test_reproducible_and_sample_count_matters(iris_fit):
     np.testing.assert_allclose(clf.predict_proba(X2), clf.predict_proba(X)[::-1], atol=1e-6)
 
 
+def test_kept_draws_are_the_draws_of_the_predictive_seed(iris_fit, monkeypatch):
+    """The weight draws kept at fit are those a fresh draw gives (same numbers), serve
+    predict_proba, sample_proba without a seed and predict_uncertainty, are not pickled and
+    are drawn again on loading; another count or seed draws afresh; above the size bound
+    nothing is kept."""
+    clf, X, _ = iris_fit
+    kept = clf._predict_draws
+    assert len(kept) == clf.n_predict_samples
+    fresh = _fidgp.draw_weights(clf.model_, clf.n_predict_samples, clf._predict_seed,
+                                clf.model_plan_["sampling"])
+    for a, b in zip(kept, fresh):
+        for Wa, Wb in zip(a, b):
+            torch.testing.assert_close(Wa, Wb, rtol=0, atol=0)
+    P = clf.predict_proba(X)
+    calls = []
+    real = _fidgp.draw_weights
+    monkeypatch.setattr(_fidgp, "draw_weights", lambda *a: calls.append(a[1:3]) or real(*a))
+    np.testing.assert_array_equal(clf.predict_proba(X), P)
+    np.testing.assert_allclose(clf.sample_proba(X).mean(0), P, rtol=1e-12, atol=1e-15)
+    clf.predict_uncertainty(X)
+    assert calls == []  # every one of them read the kept draws
+    clf.sample_proba(X, n_samples=3)
+    clf.sample_proba(X, random_state=5)
+    assert [c[0] for c in calls] == [3, clf.n_predict_samples]
+    assert "_predict_draws" not in clf.__getstate__()
+    loaded = pickle.loads(pickle.dumps(clf))
+    assert loaded._predict_draws is not None
+    np.testing.assert_array_equal(loaded.predict_proba(X), P)
+    monkeypatch.setattr(_fidgp, "KEEP_DRAW_ELEMENTS", 10)
+    assert clf._keep_draws() is None
+
+
 def test_monte_carlo_variance_falls_with_more_draws(iris_fit):
     clf, X, _ = iris_fit
     clf = FiDGPClassifier(**clf.get_params())  # fresh estimator: same settings

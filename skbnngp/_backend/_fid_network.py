@@ -249,34 +249,37 @@ def network_kl(net, seed, sampling):
 
 
 # ---------------------------------------------------------------------- prediction
-def draw_logits(net, Xt, n_samples, seed, sampling):
-    """Logits of ``Xt`` under ``n_samples`` weight draws (seeded by ``seed``): a float64
-    (S, n, K) tensor."""
+def draw_weights(net, n_samples, seed, sampling):
+    """``n_samples`` draws of every layer's weights (seeded by ``seed``), each a list of
+    (out, in + 1) matrices: what :func:`draw_logits` and :func:`mean_probs` apply. The draws
+    do not depend on the inputs, so one set serves any number of predictions."""
     gen = make_generator(seed, "cpu")
-    out = []
     with torch.no_grad():
-        for _ in range(n_samples):
-            W = net.sample_weights(gen, sampling)
-            out.append(torch.cat([net.apply(Xt[sl], W)
-                                  for sl in iter_slices(Xt.shape[0], PREDICT_ROWS)], dim=0))
+        return [net.sample_weights(gen, sampling) for _ in range(n_samples)]
+
+
+def draw_logits(net, Xt, draws):
+    """Logits of ``Xt`` under each weight draw of ``draws`` (:func:`draw_weights`): a
+    float64 (S, n, K) tensor."""
+    with torch.no_grad():
+        out = [torch.cat([net.apply(Xt[sl], W)
+                          for sl in iter_slices(Xt.shape[0], PREDICT_ROWS)], dim=0)
+               for W in draws]
     return torch.stack(out).to(torch.float64)
 
 
-def mean_probs(net, Xt, n_samples, seed, sampling, temperature):
-    """``softmax(logits / T)`` averaged over ``n_samples`` weight draws (the draws of
-    :func:`draw_logits` with the same ``seed``), row block by row block: a float64 (n, K)
-    tensor, or None when a value is not finite. The draws are made once and kept; memory
-    is one block's logits, not the (S, n, K) stack."""
-    gen = make_generator(seed, "cpu")
+def mean_probs(net, Xt, draws, temperature):
+    """``softmax(logits / T)`` averaged over the weight draws ``draws`` (:func:`draw_weights`),
+    row block by row block: a float64 (n, K) tensor, or None when a value is not finite.
+    Memory is one block's logits, not the (S, n, K) stack."""
     out = []
     with torch.no_grad():
-        weights = [net.sample_weights(gen, sampling) for _ in range(n_samples)]
         for sl in iter_slices(Xt.shape[0], PREDICT_ROWS):
             total = None
-            for W in weights:
+            for W in draws:
                 p = torch.softmax(net.apply(Xt[sl], W).to(torch.float64) / temperature, dim=1)
                 total = p if total is None else total + p
-            out.append(total / n_samples)
+            out.append(total / len(draws))
     probs = torch.cat(out, dim=0)
     return probs if bool(torch.isfinite(probs).all()) else None
 
