@@ -5,8 +5,9 @@ low-rank solves (:mod:`._linalg`), chunked evaluation (:mod:`._chunks`), the opt
 (:mod:`._optim`), seeding (:mod:`._random`), exact/Nystrom GP likelihoods with adjoint
 gradients (:mod:`._gp`), the calibration numerics (:mod:`._calibration`), Bayesian linear
 regression on features (:mod:`._blr`) and the network-training loop with the MLP builder
-(:mod:`._train`; its flat-buffer step, :mod:`._flat`, and an MLP's hand-written
-squared-error gradient, :mod:`._mlp_grad`). Every estimator uses these; extend them rather
+(:mod:`._train`; its flat-buffer step, :mod:`._flat`, an MLP's hand-written
+squared-error and per-sample gradients, :mod:`._mlp_grad`, and torch's optimisers without
+their first-call import of torch's compiler, :mod:`._eager_optim`). Every estimator uses these; extend them rather
 than writing a second one.
 """
 
