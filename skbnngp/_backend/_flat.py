@@ -14,6 +14,8 @@ import inspect
 
 import torch
 
+from ._eager_optim import eager_class
+
 
 class FlatParameters:
     """Make ``params`` views of one buffer (:attr:`buffer`, a leaf tensor) and their
@@ -99,8 +101,9 @@ class AdamStep:
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
-        self.fn = _functional_adam() if type(optimizer) in (torch.optim.Adam,
-                                                            torch.optim.AdamW) else None
+        plain_types = {torch.optim.Adam, torch.optim.AdamW, eager_class(torch.optim.Adam),
+                       eager_class(torch.optim.AdamW)}
+        self.fn = _functional_adam() if type(optimizer) in plain_types else None
         plain = all(len(g["params"]) == 1 and not any(
             g.get(k) for k in ("amsgrad", "capturable", "differentiable", "fused", "foreach",
                                "maximize"))

@@ -17,6 +17,7 @@ from torch.func import functional_call, grad, vmap
 
 from skbnngp._backend import build_mlp
 from skbnngp._backend._eager_optim import eager_class, make_optimizer
+from skbnngp._backend._flat import AdamStep
 from skbnngp._backend._jacobian import body_jacobians, split_parameters
 from skbnngp._backend._mlp_grad import per_sample_body_gradients
 
@@ -83,6 +84,22 @@ def test_lbfgs_as_torch():
         opt.step(closure)
     torch.testing.assert_close(ps[1], ps[0], rtol=TOL[torch.float64], atol=0)
     assert float(_quadratic(ps[1].detach())) < 1e-6  # it did minimise (from 27)
+
+
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.AdamW])
+def test_flat_adam_step_takes_the_functional_update(cls):
+    """The trainer's optimiser (an eager subclass) keeps AdamStep's functional update, the
+    same numbers as ``step`` without its per-call overhead."""
+    ps = [torch.linspace(-1, 1, 6, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    opts = [make_optimizer(cls, [p], lr=0.05, weight_decay=0.1, foreach=False) for p in ps]
+    fast = AdamStep(opts[1])
+    assert fast.fn is not None
+    for _ in range(5):
+        for p, step in zip(ps, (opts[0].step, fast)):
+            p.grad = None
+            _quadratic(p).backward()
+            step()
+    torch.testing.assert_close(ps[1], ps[0], rtol=TOL[torch.float64], atol=0)
 
 
 def test_step_hooks_still_run():
