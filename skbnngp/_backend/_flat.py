@@ -68,7 +68,17 @@ def clip_grad_norm_(flats, params, max_norm):
     :func:`torch.nn.utils.clip_grad_norm_` does: the norm of the per-parameter norms, in the
     order of ``params``, and the factor ``min(1, max_norm / (norm + 1e-6))`` (on the CPU the
     per-tensor norms are the ones it takes, so the numbers are the same), applied with one
-    multiplication per buffer."""
+    multiplication per buffer.
+
+    On the CPU the buffers' norm is read first: below the bound by a margin far wider than
+    the rounding between the two ways of summing, the factor is exactly 1 and nothing is
+    done (most steps of a training; the same numbers, a third of the operations)."""
+    if all(f.buffer.grad.device.type == "cpu" for f in flats):
+        quick = torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(f.buffer.grad) for f in flats])) if len(flats) > 1 \
+            else torch.linalg.vector_norm(flats[0].buffer.grad)
+        if float(quick) < (1.0 - 1e-6) * max_norm - 1e-6:
+            return
     norms = [torch.linalg.vector_norm(p.grad) for p in params]
     total = torch.linalg.vector_norm(torch.stack(norms))
     factor = torch.clamp(max_norm / (total + 1e-6), max=1.0)

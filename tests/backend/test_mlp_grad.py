@@ -167,6 +167,27 @@ def test_flat_parameters_clip_matches_torch():
     assert not FlatParameters.supports([ps[0], ps[1].float()])
 
 
+@pytest.mark.parametrize("target", [0.3, 1.0 - 1e-9, 1.0 - 1e-7, 1.0, 1.0 + 1e-9, 4.0,
+                                    float("nan")])
+def test_flat_clip_matches_torch_at_and_near_the_bound(target):
+    """Below the bound the quick check skips the clip, whose factor is then exactly 1; near
+    it and above (and with a NaN gradient) the clip runs as torch's: the same numbers."""
+    g = torch.Generator().manual_seed(1)
+    ps = [torch.nn.Parameter(torch.randn(s, generator=g, dtype=torch.float64))
+          for s in [(5, 3), (5,), (1, 5), (1,)]]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    flats = [FlatParameters(ps[:2]), FlatParameters(ps[2:])]
+    grads = [torch.randn(p.shape, generator=g, dtype=torch.float64) for p in ps]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(q) for q in grads]))
+    for p, q, gr in zip(ps, ref, grads):
+        q.grad = gr * (target / norm)
+        p.grad.copy_(q.grad)
+    clip_grad_norm_(flats, ps, 1.0)
+    torch.nn.utils.clip_grad_norm_(ref, 1.0)
+    for p, q in zip(ps, ref):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("Optimizer", [torch.optim.Adam, torch.optim.AdamW])
 def test_the_flat_adam_step_is_optimizer_step(Optimizer):
     """``AdamStep`` (torch's functional Adam on the optimiser's own state) moves two flat
