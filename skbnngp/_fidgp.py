@@ -462,7 +462,11 @@ class FiDGPClassifier(ClassifierPredictiveMixin, TorchEstimatorMixin, Classifier
 
     def _keep_draws(self):
         """The predictive's weight draws (``n_predict_samples`` of ``_predict_seed``) to keep,
-        or None when they would hold more than :data:`KEEP_DRAW_ELEMENTS` numbers."""
+        or None when they would hold more than :data:`KEEP_DRAW_ELEMENTS` numbers (or
+        ``n_predict_samples``, set after fit, is not a count: predictions refuse it)."""
+        S = self.n_predict_samples
+        if not isinstance(S, numbers.Integral) or isinstance(S, bool) or S < 1:
+            return None
         draws = draw_weights(self.model_, self.n_predict_samples, self._predict_seed,
                              self.model_plan_["sampling"])
         size = sum(W.numel() for draw in draws for W in draw)

@@ -314,6 +314,12 @@ def test_kept_draws_are_the_draws_of_the_predictive_seed(iris_fit, monkeypatch):
     np.testing.assert_array_equal(loaded.predict_proba(X), P)
     monkeypatch.setattr(_fidgp, "KEEP_DRAW_ELEMENTS", 10)
     assert clf._keep_draws() is None
+    # an invalid count set after fit still loads; predictions refuse it by name
+    bad = pickle.loads(pickle.dumps(clf.set_params(n_predict_samples="8")))
+    clf.set_params(n_predict_samples=8)
+    assert bad._predict_draws is None
+    with pytest.raises(ValueError, match="n_predict_samples"):
+        bad.predict_proba(X)
 
 
 def test_monte_carlo_variance_falls_with_more_draws(iris_fit):
