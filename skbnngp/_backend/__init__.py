@@ -7,8 +7,8 @@ gradients (:mod:`._gp`), the calibration numerics (:mod:`._calibration`), Bayesi
 regression on features (:mod:`._blr`) and the network-training loop with the MLP builder
 (:mod:`._train`; its flat-buffer step, :mod:`._flat`, an MLP's hand-written
 squared-error and per-sample gradients, :mod:`._mlp_grad`, and torch's optimisers without
-their first-call import of torch's compiler, :mod:`._eager_optim`). Every estimator uses these; extend them rather
-than writing a second one.
+their first-call import of torch's compiler, :mod:`._eager_optim`). Every estimator uses
+these; extend them rather than writing a second one.
 """
 
 from ._blr import (

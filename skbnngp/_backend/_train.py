@@ -153,7 +153,8 @@ def build_mlp(n_in: int, hidden_layer_sizes, n_out: int, *, activation="tanh",
             width = h
     layers.append(torch.nn.Linear(width, n_out, bias=output_bias, device="meta"))
     net = _materialise(torch.nn.Sequential(*layers), device, dtype)
-    _init_linear_(net, seed, dtype, device)
+    if torch.device(device).type != "meta":  # a plan's shapes only: nothing to draw
+        _init_linear_(net, seed, dtype, device)
     # what rebuilds it (estimators persist this plan and the weights, not the module)
     net.mlp_plan = dict(n_in=int(n_in), hidden_layer_sizes=tuple(hidden), n_out=int(n_out),
                         activation=activation, architecture=architecture,

@@ -150,11 +150,11 @@ def test_per_sample_gradients_fall_back_to_torch_func():
 
 
 def test_default_fits_do_not_import_torch_compiler():
-    """The first default fit (and prediction) of each estimator in a fresh process imports
-    neither ``torch._dynamo`` nor SymPy: that import took about a second, most of a small
-    fit's time."""
+    """The first default fit of each estimator in a fresh process, and the loading and
+    prediction of the fitted model, import neither ``torch._dynamo`` nor SymPy: that import
+    took about a second, most of a small fit's time."""
     code = textwrap.dedent("""
-        import sys, warnings
+        import pickle, sys, warnings
         import numpy as np
         warnings.simplefilter("ignore")
         from skbnngp.utils import all_estimators
@@ -169,6 +169,7 @@ def test_default_fits_do_not_import_torch_compiler():
             est = cls(device="cpu", random_state=0, **small)
             classifier = "Classifier" in name
             est.fit(X, (y > 0).astype(int) if classifier else y)
+            est = pickle.loads(pickle.dumps(est))  # a saved model, loaded
             est.predict_proba(X) if classifier else est.predict(X, return_std=True)
             loaded = [m for m in ("torch._dynamo", "sympy") if m in sys.modules]
             assert not loaded, (name, loaded)
