@@ -43,7 +43,14 @@ def eager_class(cls):
         step.__doc__ = cls.step.__doc__
         namespace["step"] = step
     namespace["__doc__"] = cls.__doc__
+    namespace["eager_of"] = cls  # the torch class it stands for
     return type(cls.__name__, (cls,), namespace)
+
+
+def optimizer_class(optimizer):
+    """The torch optimiser class ``optimizer`` is an instance of, seeing through
+    :func:`eager_class`."""
+    return type(optimizer).__dict__.get("eager_of", type(optimizer))
 
 
 def make_optimizer(cls, params, **options):

@@ -14,7 +14,7 @@ import inspect
 
 import torch
 
-from ._eager_optim import eager_class
+from ._eager_optim import optimizer_class
 
 
 class FlatParameters:
@@ -111,9 +111,8 @@ class AdamStep:
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
-        plain_types = {torch.optim.Adam, torch.optim.AdamW, eager_class(torch.optim.Adam),
-                       eager_class(torch.optim.AdamW)}
-        self.fn = _functional_adam() if type(optimizer) in plain_types else None
+        self.fn = _functional_adam() if optimizer_class(optimizer) in (
+            torch.optim.Adam, torch.optim.AdamW) else None
         plain = all(len(g["params"]) == 1 and not any(
             g.get(k) for k in ("amsgrad", "capturable", "differentiable", "fused", "foreach",
                                "maximize"))
