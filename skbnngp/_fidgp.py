@@ -85,7 +85,7 @@ WARM_REFIT_FRAC = 0.1
 MAX_SAMPLE_ELEMENTS = 2**28
 #: The predictive's weight draws (``n_predict_samples`` of them) are made once at ``fit`` and
 #: kept when they hold at most this many numbers (32 MiB in float64); a prediction then costs
-#: its forward passes only (drawing them through the flows took about 13 ms on digits).
+#: its forward passes only (drawing through the flows costs far more than a small batch's).
 KEEP_DRAW_ELEMENTS = 2**22
 
 

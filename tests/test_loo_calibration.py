@@ -9,7 +9,11 @@ import pytest
 from scipy import stats
 
 import skbnngp._student_t as st
-from skbnngp import MixedActivationGPRegressor, StudentTProcessClassifier, StudentTProcessRegressor
+from skbnngp import (
+    MixedActivationGPRegressor,
+    StudentTProcessClassifier,
+    StudentTProcessRegressor,
+)
 from skbnngp._backend import fit_t, fit_t_df, student_t_calibration
 from skbnngp.datasets import load_cpu_performance
 

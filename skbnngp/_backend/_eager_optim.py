@@ -3,9 +3,9 @@
 torch marks a few optimiser methods for its compiler: ``add_param_group`` (which every
 optimiser's constructor calls), ``zero_grad`` and the state dicts are wrapped so that their
 first call imports ``torch._dynamo``, and Adam's ``step`` inserts compiler graph breaks,
-which import it too. That import (SymPy with it) takes about a second on a CPU, once per
-process: more than a whole default fit of a few hundred rows, and paid again by every worker
-of a parallel grid search. Nothing in this package runs under ``torch.compile``, so
+which import it too. That import (SymPy with it) is paid once per process, by every worker
+of a parallel grid search too, and costs more than a whole default fit of a few hundred
+rows. Nothing in this package runs under ``torch.compile``, so
 :func:`make_optimizer` builds an optimiser whose marked methods call their own bodies: the
 same updates on the same state, without the import.
 """
@@ -21,20 +21,15 @@ import torch
 _MARKED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
 
 
-def _body(method):
-    """The function a wrapped method wraps (the method itself when it wraps nothing)."""
-    return inspect.unwrap(method)
-
-
 @functools.cache
 def eager_class(cls):
     """A subclass of the optimiser class ``cls`` whose compiler-marked methods call their
     bodies. For Adam and AdamW, ``step`` runs its body with gradients off (what torch's
     wrapper sets for a non-differentiable optimiser) and without the graph breaks; other
     optimisers keep their ``step`` (L-BFGS's only turns gradients off)."""
-    namespace = {name: _body(getattr(cls, name)) for name in _MARKED}
+    namespace = {name: inspect.unwrap(getattr(cls, name)) for name in _MARKED}
     if issubclass(cls, torch.optim.Adam):
-        body = _body(cls.step)
+        body = inspect.unwrap(cls.step)  # under the grad-mode and graph-break wrappers
 
         def step(self, closure=None):
             with torch.set_grad_enabled(bool(self.defaults.get("differentiable", False))):

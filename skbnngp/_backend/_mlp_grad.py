@@ -50,6 +50,17 @@ def _layer_plan(net):
     return layers
 
 
+def _hidden_outputs(layers, X):
+    """``[X, h_1, ..., h_L]``: the input of each linear layer of a :func:`_layer_plan`
+    network (its hidden layers' activation outputs), the forward pass that both hand-written
+    gradients differentiate."""
+    h, outputs = X, [X]
+    for i in range(0, len(layers) - 1, 2):
+        h = layers[i + 1][0](torch.nn.functional.linear(h, *layers[i]))
+        outputs.append(h)
+    return outputs
+
+
 def _store(param, op, *args):
     """``param.grad = op(*args)``, written into an existing ``.grad`` in place (a view of
     the trainer's flat gradient buffer) rather than replacing it."""
@@ -102,12 +113,8 @@ class MLPSquaredError:
         ``.grad``; no autograd graph is built."""
         layers = self._layers
         with torch.no_grad():
-            h = self.X[rows]
-            outputs = [h]
-            for i in range(0, len(layers) - 1, 2):
-                h = layers[i + 1][0](torch.nn.functional.linear(h, *layers[i]))
-                outputs.append(h)
-            h = torch.nn.functional.linear(h, *layers[-1])
+            outputs = _hidden_outputs(layers, self.X[rows])
+            h = torch.nn.functional.linear(outputs[-1], *layers[-1])
             r = h.reshape(-1, 1) - self.Y[rows]
             # d mean(w r^2) / d r = (w / N) * (2 r), rounded as autograd rounds it
             scale = 1.0 / r.numel()
@@ -137,8 +144,8 @@ def per_sample_body_gradients(net, names):
     input). None when ``net`` is not a network :class:`MLPSquaredError` covers with one
     output, or ``names`` are not every parameter of its layers but the last.
 
-    :func:`torch.func.grad` imports torch's compiler on its first call in a process (about a
-    second), more than a small network's whole Bayesian last layer costs."""
+    :func:`torch.func.grad` imports torch's compiler on its first call in a process, which
+    costs more than a small network's whole Bayesian last layer."""
     layers = _layer_plan(net)
     if layers is None or layers[-1][0].shape[0] != 1:
         return None
@@ -150,10 +157,7 @@ def per_sample_body_gradients(net, names):
 
     def jacobian(X):
         with torch.no_grad():
-            h, outputs = X, [X]
-            for i in range(0, len(layers) - 1, 2):
-                h = layers[i + 1][0](torch.nn.functional.linear(h, *layers[i]))
-                outputs.append(h)
+            outputs = _hidden_outputs(layers, X)
             # d f / d (last hidden output): the output layer's weights, for every row
             grad = layers[-1][0].expand(X.shape[0], -1)
             blocks = {}

@@ -151,8 +151,8 @@ def test_per_sample_gradients_fall_back_to_torch_func():
 
 def test_default_fits_do_not_import_torch_compiler():
     """The first default fit of each estimator in a fresh process, and the loading and
-    prediction of the fitted model, import neither ``torch._dynamo`` nor SymPy: that import
-    took about a second, most of a small fit's time."""
+    prediction of the fitted model, import neither ``torch._dynamo`` nor SymPy, whose import
+    costs more than a small fit."""
     code = textwrap.dedent("""
         import pickle, sys, warnings
         import numpy as np
